@@ -1,0 +1,603 @@
+//! ahead's own policy: a table of streams per file, with direction, stride,
+//! thrash and lateness feedback.
+//!
+//! # Why
+//!
+//! The kernel keeps one readahead state per open file. Two readers sharing a
+//! handle, or one reader walking two regions, keep resetting it; a reader that
+//! goes backwards or skips a fixed gap gets no readahead at all; and when
+//! readahead pages are evicted before use, the kernel starts the window again
+//! from its initial size and ramps it up into the same thrashing.
+//!
+//! # How
+//!
+//! * **Stream table.** Up to [`DEFAULT_STREAMS`] streams per file (16),
+//!   reused least-recently-used first. Every request is matched to a stream
+//!   by where it falls: right after a stream's previous request (forward),
+//!   right before it (backward), one period after it (stride), or inside the
+//!   stream's readahead window. A marker hit is matched by the marker's page.
+//!   Each stream has its own window, so interleaved readers do not disturb
+//!   each other.
+//! * **Direction.** A request that ends where the stream's previous one began
+//!   makes the stream backward; its windows extend downwards from the
+//!   request, with the marker placed so the next window is read while the
+//!   reader still has `async_size` pages to go.
+//! * **Stride.** Three requests of the same size separated by the same gap
+//!   (the gap confirmed twice) make a strided stream (read N, skip M); its
+//!   windows read only the runs the reader will want.
+//! * **Ramp-up** is the kernel's ([`init_window`], [`next_window`]), so a
+//!   plain sequential reader gets exactly the kernel's windows.
+//! * **Request-size awareness** (seed 001). A window made on a miss always
+//!   holds the whole request, so it is read in one I/O whatever the state.
+//! * **Thrash feedback.** A miss on a page whose shadow says it was read
+//!   ahead and evicted unused means the stream's lookahead outlived the
+//!   cache. The stream's window is capped at 3/4 of what survived (the
+//!   distance from where the lost window was issued to the lost page, as in
+//!   Wu's adaptive readahead) and the lost pages are read again at once, in
+//!   that capped window, instead of starting from the initial size.
+//! * **Lateness and waste feedback.** A reader that waits for a page
+//!   readahead already asked for means the window is too small for the
+//!   device's latency: the stream's next window is ramped once more (up to
+//!   the max). Readahead evicted unused halves the stream's window.
+//! * **Random requests** match no stream and read exactly the request.
+
+use super::{
+    init_window, next_miss, next_window, CacheView, Feedback, Policy, RaConfig, Request, Shape,
+    Trigger, Window,
+};
+
+/// Streams tracked per file by default: enough for the interleaved
+/// workloads of the benchmarks (8 readers) with room for random noise; a
+/// lookup scans them linearly, which stays far below a microsecond.
+pub const DEFAULT_STREAMS: usize = 16;
+
+/// The smallest window: 16 KiB, the legacy kernel's `VM_MIN_READAHEAD`.
+pub const MIN_WINDOW: u64 = 4;
+
+/// The largest stride period recognised, in pages (16 MiB of 4 KiB pages).
+/// Wider gaps are better served as random reads: a window would span more
+/// than the device can read sequentially faster than it can seek.
+pub const MAX_STRIDE_PERIOD: u64 = 4096;
+
+/// Stride confirmations needed before a strided window is issued: the gap
+/// seen twice.
+const STRIDE_CONFIRMATIONS: u32 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Direction {
+    Unknown,
+    Forward,
+    Backward,
+    Strided { run: u64, period: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    live: bool,
+    last_used: u64,
+    direction: Direction,
+    last: Request,
+    /// Candidate stride period and how many times it was seen.
+    period: u64,
+    confirmations: u32,
+    /// Current window size, in pages read.
+    size: u64,
+    /// Thrash cap on the window, in pages read.
+    cap: u64,
+    /// Ramp once more on the next window (a late prefetch was seen).
+    boost: bool,
+    /// Start of the last window whose eviction already shrank the stream:
+    /// waste shrinks a stream once per window, not once per page.
+    shrunk_for: Option<u64>,
+    /// The last two windows issued, with the reader's page when each was.
+    window: Option<(Window, u64)>,
+    previous: Option<(Window, u64)>,
+}
+
+impl Stream {
+    const EMPTY: Stream = Stream {
+        live: false,
+        last_used: 0,
+        direction: Direction::Unknown,
+        last: Request { index: 0, count: 0 },
+        period: 0,
+        confirmations: 0,
+        size: 0,
+        cap: u64::MAX,
+        boost: false,
+        shrunk_for: None,
+        window: None,
+        previous: None,
+    };
+
+    fn owns(&self, index: u64) -> Option<u64> {
+        self.owning_window(index).map(|(_, issued_at)| issued_at)
+    }
+
+    fn owning_window(&self, index: u64) -> Option<(Window, u64)> {
+        [self.window, self.previous]
+            .into_iter()
+            .flatten()
+            .find(|(w, _)| w.contains(index))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Match {
+    Forward,
+    Backward,
+    Stride,
+    StrideCandidate(u64),
+    InsideWindow,
+}
+
+/// The `ahead` policy's per-file state.
+#[derive(Clone, Debug)]
+pub struct Ahead {
+    max: u64,
+    clock: u64,
+    streams: Vec<Stream>,
+    current: Option<usize>,
+}
+
+impl Ahead {
+    /// A fresh state with `config.streams` slots (allocated once, here).
+    pub fn new(config: RaConfig) -> Ahead {
+        Ahead {
+            max: config.max_pages.max(1),
+            clock: 0,
+            streams: vec![Stream::EMPTY; config.streams.max(1)],
+            current: None,
+        }
+    }
+
+    fn find(&self, req: Request) -> Option<(usize, Match)> {
+        let mut best: Option<(usize, Match, u64)> = None;
+        let mut consider = |slot: usize, m: Match, used: u64| {
+            let rank = |m: Match| match m {
+                Match::Forward | Match::Backward | Match::Stride => 0,
+                Match::InsideWindow => 1,
+                Match::StrideCandidate(_) => 2,
+            };
+            let better = match best {
+                None => true,
+                Some((_, bm, bused)) => rank(m) < rank(bm) || (rank(m) == rank(bm) && used > bused),
+            };
+            if better {
+                best = Some((slot, m, used));
+            }
+        };
+        for (slot, s) in self.streams.iter().enumerate() {
+            if !s.live {
+                continue;
+            }
+            let last_end = s.last.end();
+            let forwardish = matches!(s.direction, Direction::Forward | Direction::Unknown);
+            if forwardish && (req.index == last_end || req.index + 1 == last_end) && req.index >= s.last.index {
+                consider(slot, Match::Forward, s.last_used);
+                continue;
+            }
+            let backwardish = matches!(s.direction, Direction::Backward | Direction::Unknown);
+            if backwardish
+                && req.index < s.last.index
+                && (req.end() == s.last.index || req.end() == s.last.index + 1)
+            {
+                consider(slot, Match::Backward, s.last_used);
+                continue;
+            }
+            if s.period > 0 && req.index == s.last.index + s.period && req.count == s.last.count {
+                consider(slot, Match::Stride, s.last_used);
+                continue;
+            }
+            if s.owns(req.index).is_some() {
+                consider(slot, Match::InsideWindow, s.last_used);
+                continue;
+            }
+            if s.direction == Direction::Unknown
+                && req.index > last_end
+                && req.count == s.last.count
+                && req.index - s.last.index <= MAX_STRIDE_PERIOD
+            {
+                consider(slot, Match::StrideCandidate(req.index - s.last.index), s.last_used);
+            }
+        }
+        best.map(|(slot, m, _)| (slot, m))
+    }
+
+    fn new_stream(&mut self, req: Request) -> usize {
+        let slot = self
+            .streams
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| if s.live { s.last_used } else { 0 })
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        self.streams[slot] = Stream {
+            live: true,
+            last_used: self.clock,
+            last: req,
+            // The first read of a file is taken as the start of a
+            // whole-file read, as the kernel does.
+            direction: if req.index == 0 {
+                Direction::Forward
+            } else {
+                Direction::Unknown
+            },
+            ..Stream::EMPTY
+        };
+        slot
+    }
+
+    fn effective_max(&self, s: &Stream) -> u64 {
+        self.max.min(s.cap).max(MIN_WINDOW.min(self.max))
+    }
+
+    /// A window of the stream's shape holding about `pages` pages read,
+    /// starting at the request (forward, strided) or ending with it
+    /// (backward). Always holds the whole request.
+    fn shaped(direction: Direction, req: Request, pages: u64, async_pages: u64) -> Window {
+        let pages = pages.max(req.count);
+        match direction {
+            Direction::Backward => {
+                let start = req.end().saturating_sub(pages);
+                let size = req.end() - start;
+                Window {
+                    start,
+                    size,
+                    async_size: async_pages.min(size),
+                    shape: Shape::Backward,
+                }
+            }
+            Direction::Strided { run, period } => {
+                let runs = (pages / run).max(1);
+                let size = (runs - 1) * period + run;
+                let async_runs = async_pages.div_ceil(run).min(runs);
+                Window {
+                    start: req.index,
+                    size,
+                    async_size: if async_runs == 0 {
+                        0
+                    } else {
+                        (async_runs - 1) * period + run
+                    },
+                    shape: Shape::Strided { run, period },
+                }
+            }
+            Direction::Forward | Direction::Unknown => Window::forward(req.index, pages, async_pages.min(pages)),
+        }
+    }
+
+    /// The window after `prev` in the stream's direction, holding `pages`
+    /// pages, all of it asynchronous.
+    fn following(direction: Direction, prev: &Window, pages: u64) -> Option<Window> {
+        match direction {
+            Direction::Backward => {
+                if prev.start == 0 {
+                    return None;
+                }
+                let start = prev.start.saturating_sub(pages);
+                let size = prev.start - start;
+                Some(Window {
+                    start,
+                    size,
+                    async_size: size,
+                    shape: Shape::Backward,
+                })
+            }
+            Direction::Strided { run, period } => {
+                let runs = (pages / run).max(1);
+                let last_run = prev.start + (prev.size - 1) / period * period;
+                let size = (runs - 1) * period + run;
+                Some(Window {
+                    start: last_run + period,
+                    size,
+                    async_size: size,
+                    shape: Shape::Strided { run, period },
+                })
+            }
+            Direction::Forward | Direction::Unknown => Some(Window::forward(prev.end(), pages, pages)),
+        }
+    }
+
+    fn record(&mut self, slot: usize, window: Window, reader_at: u64) -> Window {
+        let s = &mut self.streams[slot];
+        s.previous = s.window;
+        s.window = Some((window, reader_at));
+        window
+    }
+
+    fn on_miss(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
+        let Some(slot) = self.current else {
+            return Some(Window::forward(req.index, req.count, 0));
+        };
+        let s = self.streams[slot];
+        let direction = s.direction;
+        if direction == Direction::Unknown {
+            // Not (yet) a stream: read as is.
+            return Some(Window::forward(req.index, req.count, 0));
+        }
+        let max = self.effective_max(&s);
+        // Thrashing: readahead pages of this stream were evicted before use.
+        let thrashed = view.shadow(req.index).is_some_and(|sh| sh.evicted_unused);
+        if thrashed {
+            if let Some(issued_at) = s.owns(req.index) {
+                let survived = req.index.abs_diff(issued_at);
+                let cap = (survived * 3 / 4).max(MIN_WINDOW);
+                let st = &mut self.streams[slot];
+                st.cap = st.cap.min(cap);
+                st.size = st.size.min(st.cap);
+            }
+            let st = self.streams[slot];
+            let pages = st.size.max(MIN_WINDOW).min(self.effective_max(&st));
+            let w = Self::shaped(direction, req, pages, pages / 2);
+            return Some(self.record(slot, w, req.index));
+        }
+        let pages = if s.window.is_none() || s.size == 0 {
+            init_window(req.count, max).min(max)
+        } else {
+            // The reader got ahead of readahead (or the marker was lost):
+            // ramp on.
+            next_window(s.size, max)
+        };
+        let pages = if s.boost { next_window(pages, max) } else { pages };
+        let st = &mut self.streams[slot];
+        st.boost = false;
+        st.size = pages;
+        let async_pages = if pages > req.count { pages - req.count } else { pages };
+        let w = Self::shaped(direction, req, pages, async_pages);
+        Some(self.record(slot, w, req.index))
+    }
+
+    fn on_marker(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
+        let marked = |s: &Stream| {
+            s.live
+                && s.window
+                    .is_some_and(|(w, _)| w.marker_page() == Some(req.index))
+        };
+        let slot = match self.current {
+            Some(c) if marked(&self.streams[c]) => Some(c),
+            _ => self.streams.iter().position(marked),
+        };
+        let Some(slot) = slot else {
+            // A marker nobody remembers (the stream fell out of the table):
+            // like the kernel's lookahead-clueless case, ramp up from the
+            // cached run after it, as a forward stream.
+            let start = next_miss(view, req.index + 1, self.max);
+            if start - req.index > self.max || start >= view.file_pages() {
+                return None;
+            }
+            let pages = next_window(start - req.index + req.count, self.max);
+            let slot = self.current.unwrap_or_else(|| self.new_stream(req));
+            let s = &mut self.streams[slot];
+            s.direction = Direction::Forward;
+            s.size = pages;
+            let w = Window::forward(start, pages, pages);
+            return Some(self.record(slot, w, req.index));
+        };
+        let s = self.streams[slot];
+        let (prev, _) = s.window?;
+        let max = self.effective_max(&s);
+        let mut pages = next_window(s.size.max(1), max);
+        if s.boost {
+            pages = next_window(pages, max);
+        }
+        let st = &mut self.streams[slot];
+        st.boost = false;
+        st.size = pages;
+        st.last_used = self.clock;
+        let w = Self::following(s.direction, &prev, pages)?;
+        Some(self.record(slot, w, req.index))
+    }
+
+    fn stream_owning(&self, index: u64) -> Option<usize> {
+        self.streams
+            .iter()
+            .position(|s| s.live && s.owns(index).is_some())
+    }
+}
+
+impl Policy for Ahead {
+    fn name(&self) -> &'static str {
+        "ahead"
+    }
+
+    fn max_pages(&self) -> u64 {
+        self.max
+    }
+
+    fn begin(&mut self, req: Request) {
+        self.clock += 1;
+        let slot = match self.find(req) {
+            None => self.new_stream(req),
+            Some((slot, m)) => {
+                let s = &mut self.streams[slot];
+                match m {
+                    Match::Forward => {
+                        if s.direction == Direction::Unknown {
+                            s.direction = Direction::Forward;
+                        }
+                    }
+                    Match::Backward => {
+                        if s.direction == Direction::Unknown {
+                            s.direction = Direction::Backward;
+                        }
+                    }
+                    Match::Stride => {
+                        s.confirmations += 1;
+                        // A run larger than the maximum window cannot be read
+                        // ahead within it; such requests are read whole, one
+                        // by one.
+                        if s.confirmations >= STRIDE_CONFIRMATIONS && req.count <= self.max {
+                            s.direction = Direction::Strided {
+                                run: req.count,
+                                period: s.period,
+                            };
+                        }
+                    }
+                    Match::StrideCandidate(period) => {
+                        s.period = period;
+                        s.confirmations = 1;
+                    }
+                    Match::InsideWindow => {}
+                }
+                s.last = req;
+                s.last_used = self.clock;
+                slot
+            }
+        };
+        self.current = Some(slot);
+    }
+
+    fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window> {
+        if req.count == 0 {
+            return None;
+        }
+        match trigger {
+            Trigger::Miss | Trigger::Request => self.on_miss(req, view),
+            Trigger::MarkerHit => self.on_marker(req, view),
+        }
+    }
+
+    fn feedback(&mut self, event: Feedback) {
+        match event {
+            Feedback::LateHit { index } => {
+                if let Some(slot) = self.stream_owning(index) {
+                    self.streams[slot].boost = true;
+                }
+            }
+            Feedback::EvictedUnused { index } => {
+                if let Some(slot) = self.stream_owning(index) {
+                    let s = &mut self.streams[slot];
+                    let owner = s.owning_window(index).map(|(w, _)| w.start);
+                    if owner.is_some() && s.shrunk_for != owner {
+                        s.shrunk_for = owner;
+                        s.size = (s.size / 2).max(MIN_WINDOW);
+                    }
+                }
+            }
+            Feedback::DemandMiss { .. } => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ra::tests_support::Sim;
+    use crate::ra::PolicyKind;
+
+    fn sim(max: u64) -> Sim {
+        Sim::new(PolicyKind::Ahead, max, 100_000)
+    }
+
+    #[test]
+    fn sequential_matches_the_kernel_ramp() {
+        let mut s = sim(32);
+        for i in 0..200 {
+            s.read(i, 1);
+        }
+        let w: Vec<(u64, u64, u64)> = s.windows.iter().take(5).map(|w| (w.start, w.size, w.async_size)).collect();
+        assert_eq!(w, vec![(0, 4, 3), (4, 8, 8), (12, 16, 16), (28, 32, 32), (60, 32, 32)]);
+        assert_eq!(s.demand_ios, 0);
+    }
+
+    #[test]
+    fn interleaved_streams_each_keep_a_window() {
+        let mut s = sim(64);
+        let bases = [1000u64, 20_000, 40_000, 60_000];
+        for step in 0..400 {
+            for b in bases {
+                s.read(b + step, 1);
+            }
+        }
+        // After ramp-up, every window is full size and no reader waits on a
+        // demand read beyond the first two of each stream.
+        assert!(s.demand_ios <= 2 * bases.len() as u64, "demand I/Os: {}", s.demand_ios);
+        let full = s.windows.iter().filter(|w| w.size == 64).count();
+        assert!(full > 20, "full windows: {full}");
+    }
+
+    #[test]
+    fn backward_reads_are_read_ahead_downwards() {
+        let mut s = sim(64);
+        let mut at = 50_000u64;
+        for _ in 0..500 {
+            at -= 4;
+            s.read(at, 4);
+        }
+        assert!(s.windows.iter().any(|w| w.shape == Shape::Backward && w.size >= 64));
+        // Only the first two requests missed.
+        assert!(s.demand_ios <= 2, "demand I/Os: {}", s.demand_ios);
+        for w in &s.windows {
+            assert!(w.marker_page().is_none_or(|m| w.contains(m)));
+        }
+    }
+
+    #[test]
+    fn stride_is_confirmed_twice_then_read_as_runs() {
+        let mut s = sim(64);
+        // read 1 page, skip 3
+        for k in 0..300u64 {
+            s.read(10_000 + k * 4, 1);
+        }
+        let strided: Vec<&Window> = s
+            .windows
+            .iter()
+            .filter(|w| matches!(w.shape, Shape::Strided { run: 1, period: 4 }))
+            .collect();
+        assert!(!strided.is_empty());
+        // Nothing between the runs was read.
+        for p in 10_000..11_200u64 {
+            if (p - 10_000) % 4 != 0 {
+                assert!(!s.cache.present[p as usize], "gap page {p} was read");
+            }
+        }
+        assert!(s.demand_ios <= 3, "demand I/Os: {}", s.demand_ios);
+    }
+
+    #[test]
+    fn random_reads_read_only_the_request() {
+        let mut s = sim(64);
+        let mut rng = 12345u64;
+        for _ in 0..2000 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let idx = (rng >> 33) % 99_000 + 1;
+            s.read(idx, 2);
+        }
+        assert!(s.pages_read <= 2 * 2000, "read {} pages", s.pages_read);
+    }
+
+    #[test]
+    fn thrash_caps_the_window_and_rereads_lost_pages() {
+        let mut s = sim(256);
+        for i in 0..300 {
+            s.read(i, 1);
+        }
+        // Windows so far: ... (124, 128) issued at page 60, (252, 256)
+        // issued at page 124. Evict, unused, everything readahead brought in
+        // past the reader.
+        let evicted = s.evict_unused(300..100_000);
+        assert!(evicted > 0);
+        s.read(300, 1);
+        let last = *s.windows.last().unwrap();
+        assert_eq!(last.start, 300, "lost pages are read again at once");
+        // 176 pages survived (from 124, where the window was issued, to
+        // 300): the cap is 3/4 of that, 132. Two whole windows were wasted,
+        // halving the stream's 256 pages twice, to 64.
+        assert_eq!(last.size, 64, "{last:?}");
+        // The cap holds for the next windows.
+        for i in 301..3000 {
+            s.read(i, 1);
+        }
+        let after: Vec<u64> = s.windows.iter().rev().take(5).map(|w| w.size).collect();
+        assert!(after.iter().all(|&n| n <= 176 * 3 / 4), "{last:?} then {after:?}");
+    }
+
+    #[test]
+    fn a_miss_always_reads_the_whole_request_in_one_io() {
+        let mut s = sim(32);
+        s.read(5000, 100);
+        assert_eq!(s.demand_ios + s.windows.len() as u64, 1);
+        assert!(s.windows.iter().chain(std::iter::empty()).all(|w| w.size >= 100) || s.demand_ios == 1);
+    }
+}

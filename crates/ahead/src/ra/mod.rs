@@ -1,0 +1,616 @@
+//! Readahead policies: pure decisions about what to read next.
+//!
+//! # The idea
+//!
+//! A reader asks for pages; a cache holds some of them. Readahead guesses
+//! which pages the reader will want soon and asks the device for them early,
+//! in large I/Os, so that the reader finds them already cached (or already on
+//! their way) instead of waiting for one small read after another.
+//!
+//! Following Fengguang Wu's on-demand readahead (seeds 000 and 002), a policy
+//! is consulted only at two moments, its *triggers*:
+//!
+//! * [`Trigger::Miss`] — the reader needs a page that is not in the cache:
+//!   a synchronous readahead, since the reader will wait for it anyway;
+//! * [`Trigger::MarkerHit`] — the reader touched the page carrying the
+//!   *lookahead marker* that an earlier window left behind: an asynchronous
+//!   readahead, issued while the rest of that window is still unread, so the
+//!   next window arrives before it is needed (pipelining).
+//!
+//! A decision is a [`Window`] `{ start, size, async_size }`: read `size`
+//! pages from `start`, and put the marker on page `start + size - async_size`
+//! so that the next decision happens when the reader has `async_size` pages
+//! of this window left. Pages already cached are not read again. The window
+//! of a sequential stream ramps up (×4 while small, then ×2) to the maximum.
+//!
+//! The baseline [`legacy`] policy is the current/ahead two-window algorithm
+//! of Linux 2.6.0–2.6.22, which instead inspects every request
+//! ([`Calls::EveryRequest`]).
+//!
+//! # Three policies
+//!
+//! * [`ondemand`] — the seeds' algorithm with the refinements mainline Linux
+//!   has today (context readahead, oversize reads, the "merge the next
+//!   window" rule).
+//! * [`legacy`] — the two-window algorithm that on-demand replaced.
+//! * [`ahead`](self::ahead) — ours: a table of streams per file, so that
+//!   interleaved readers each keep a window; backward and strided patterns;
+//!   thrash and lateness feedback.
+//!
+//! # How an engine consults a policy
+//!
+//! Engines (the simulator, the Direct-mode file engine) never call the policy
+//! ad hoc: they call [`drive`] once per request, with their cache as a
+//! [`PageTable`]. `drive` walks the request's pages, calls the policy at the
+//! triggers, submits the windows, and reads whatever the request still needs
+//! in one demand I/O (seed 001: a request is always read whole). One code path
+//! means the simulator measures exactly what the engine runs.
+//!
+//! # Invariants (checked by property tests)
+//!
+//! * A window lies inside the file and is never empty.
+//! * A window never holds more pages than the maximum, except a window made
+//!   for a request larger than the maximum, which holds just that request
+//!   (seed 001: an oversize request is read whole, in one I/O).
+//! * The marker, if any, lies inside the window.
+//! * A purely random pattern never reads beyond the requested pages.
+//! * Policies do no I/O, read no clock and allocate nothing per decision.
+
+pub mod ahead;
+pub mod legacy;
+pub mod ondemand;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The kernel's default maximum readahead: 128 KiB (`VM_READAHEAD_PAGES`,
+/// include/linux/mm.h), i.e. 32 pages of 4 KiB.
+pub const DEFAULT_MAX_PAGES: u64 = 32;
+
+/// A read request in pages: `count` pages from `index`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// First page.
+    pub index: u64,
+    /// Number of pages (at least one for a real request).
+    pub count: u64,
+}
+
+impl Request {
+    /// A request of `count` pages from `index`.
+    pub fn new(index: u64, count: u64) -> Request {
+        Request { index, count }
+    }
+
+    /// One past the last page.
+    pub fn end(&self) -> u64 {
+        self.index + self.count
+    }
+}
+
+/// Why a policy is consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The page at the request's index is not cached (synchronous readahead).
+    Miss,
+    /// The page at the request's index carries the lookahead marker
+    /// (asynchronous readahead).
+    MarkerHit,
+    /// Policies with [`Calls::EveryRequest`] are called at the start of
+    /// every request, whatever the cache holds.
+    Request,
+}
+
+/// The layout of a window's pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Every page of `[start, start + size)`; the reader moves upwards, so
+    /// the marker sits `async_size` pages before the end.
+    Forward,
+    /// Every page of `[start, start + size)`; the reader moves downwards, so
+    /// the marker sits `async_size` pages above the start (at
+    /// `start + async_size - 1`).
+    Backward,
+    /// Only the first `run` pages of every `period` pages from `start`: the
+    /// pages a read-N-skip-M reader will want. `size` is the span, from
+    /// `start` to the end of the last run.
+    Strided {
+        /// Pages read in each period.
+        run: u64,
+        /// Distance in pages between the starts of consecutive runs.
+        period: u64,
+    },
+}
+
+/// A readahead decision: which pages to read, and where to leave the marker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// First page of the window (its lowest index).
+    pub start: u64,
+    /// Span of the window in pages.
+    pub size: u64,
+    /// How many pages of the window, counted in the reader's direction from
+    /// its far end, remain when the reader reaches the marker. Zero: no
+    /// marker.
+    pub async_size: u64,
+    /// Which pages of the span are read.
+    pub shape: Shape,
+}
+
+impl Window {
+    /// A forward window.
+    pub fn forward(start: u64, size: u64, async_size: u64) -> Window {
+        Window {
+            start,
+            size,
+            async_size,
+            shape: Shape::Forward,
+        }
+    }
+
+    /// One past the last page of the span.
+    pub fn end(&self) -> u64 {
+        self.start + self.size
+    }
+
+    /// The page that carries the lookahead marker, if any.
+    pub fn marker_page(&self) -> Option<u64> {
+        if self.async_size == 0 || self.size == 0 {
+            return None;
+        }
+        let async_size = self.async_size.min(self.size);
+        match self.shape {
+            Shape::Forward => Some(self.start + self.size - async_size),
+            Shape::Backward => Some(self.start + async_size - 1),
+            Shape::Strided { period, .. } => {
+                // The first page of the run in which the last `async_size`
+                // pages of span begin.
+                let offset = self.size - async_size;
+                Some(self.start + offset / period * period)
+            }
+        }
+    }
+
+    /// Whether page `index` is one of the pages this window reads.
+    pub fn contains(&self, index: u64) -> bool {
+        if index < self.start || index >= self.end() {
+            return false;
+        }
+        match self.shape {
+            Shape::Forward | Shape::Backward => true,
+            Shape::Strided { run, period } => (index - self.start) % period < run,
+        }
+    }
+
+    /// Number of pages this window reads.
+    pub fn pages(&self) -> u64 {
+        match self.shape {
+            Shape::Forward | Shape::Backward => self.size,
+            Shape::Strided { run, period } => {
+                let full = self.size / period;
+                full * run + (self.size % period).min(run)
+            }
+        }
+    }
+
+    /// The contiguous runs of pages this window reads, lowest first, as
+    /// `(start, count)`. Calls `f` once per run; allocates nothing.
+    pub fn for_each_run(&self, mut f: impl FnMut(u64, u64)) {
+        match self.shape {
+            Shape::Forward | Shape::Backward => f(self.start, self.size),
+            Shape::Strided { run, period } => {
+                let mut at = self.start;
+                while at < self.end() {
+                    f(at, run.min(self.end() - at));
+                    at += period;
+                }
+            }
+        }
+    }
+
+    /// This window cut to the first `file_pages` pages; `None` if nothing of
+    /// it is left. The marker moves with the cut so that it stays inside.
+    pub fn clip(mut self, file_pages: u64) -> Option<Window> {
+        if self.size == 0 || self.start >= file_pages {
+            return None;
+        }
+        if self.end() > file_pages {
+            let cut = self.end() - file_pages;
+            self.size -= cut;
+            if let Shape::Strided { run, period } = self.shape {
+                // Do not end in the middle of a gap.
+                let tail = self.size % period;
+                if tail > run {
+                    self.size -= tail - run;
+                }
+            }
+            self.async_size = self.async_size.min(self.size);
+        }
+        Some(self)
+    }
+}
+
+/// What an evicted page left behind (the kernel's shadow entry, see
+/// mm/workingset.c), so that "evicted before use" is detectable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shadow {
+    /// The page was brought in by readahead and evicted before any reader
+    /// used it: readahead thrashing.
+    pub evicted_unused: bool,
+}
+
+/// A read-only view of the cache, for policies.
+pub trait CacheView {
+    /// Size of the file in pages; windows never go past it.
+    fn file_pages(&self) -> u64;
+    /// Whether page `index` is cached or being read.
+    fn is_present(&self, index: u64) -> bool;
+    /// The shadow left by page `index` if it was evicted.
+    fn shadow(&self, _index: u64) -> Option<Shadow> {
+        None
+    }
+}
+
+/// Facts that engines report to policies after the fact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feedback {
+    /// A reader had to wait for page `index`, which readahead had already
+    /// asked for: the prefetch was late.
+    LateHit {
+        /// The page waited for.
+        index: u64,
+    },
+    /// Page `index`, brought in by readahead, was evicted before any reader
+    /// used it: readahead waste or thrashing.
+    EvictedUnused {
+        /// The evicted page.
+        index: u64,
+    },
+    /// After readahead, the request still found page `index` missing, so it
+    /// is read on demand (`handle_ra_miss` in the legacy kernel).
+    DemandMiss {
+        /// The missing page.
+        index: u64,
+    },
+}
+
+/// When a policy wants to be consulted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Calls {
+    /// On misses and marker hits only (on-demand readahead).
+    OnDemand,
+    /// At the start of every request (the legacy algorithm).
+    EveryRequest,
+}
+
+/// How the pages a request still lacks after readahead are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DemandFill {
+    /// Each contiguous run of missing pages in one I/O (seed 001).
+    WholeRun,
+    /// One page at a time, as 2.6.20's `do_generic_mapping_read` did through
+    /// `readpage` for pages readahead did not bring in.
+    PageAtATime,
+}
+
+/// A readahead policy: pure decision logic.
+pub trait Policy: Send {
+    /// Short name (`ondemand`, `legacy`, `ahead`).
+    fn name(&self) -> &'static str;
+    /// The maximum window in pages.
+    fn max_pages(&self) -> u64;
+    /// When [`drive`] calls [`Policy::decide`].
+    fn calls(&self) -> Calls {
+        Calls::OnDemand
+    }
+    /// How [`drive`] reads pages a request lacks after readahead.
+    fn demand_fill(&self) -> DemandFill {
+        DemandFill::WholeRun
+    }
+    /// Called at the start of every request, before any decision.
+    fn begin(&mut self, _req: Request) {}
+    /// The decision: given the request from the trigger page on, what to
+    /// read. `None`: nothing beyond what the request needs.
+    fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window>;
+    /// Called when a request has been served.
+    fn finish(&mut self, _req: Request) {}
+    /// Facts observed by the engine.
+    fn feedback(&mut self, _event: Feedback) {}
+}
+
+/// Which policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum PolicyKind {
+    /// The current/ahead two-window baseline of Linux 2.6.0–2.6.22.
+    Legacy,
+    /// The kernel's on-demand readahead.
+    OnDemand,
+    /// ahead's stream-table policy.
+    Ahead,
+}
+
+impl PolicyKind {
+    /// All policies, baseline first.
+    pub const ALL: [PolicyKind; 3] = [PolicyKind::Legacy, PolicyKind::OnDemand, PolicyKind::Ahead];
+
+    /// The policy's name as typed on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Legacy => "legacy",
+            PolicyKind::OnDemand => "ondemand",
+            PolicyKind::Ahead => "ahead",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown policy name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPolicy(pub String);
+
+impl fmt::Display for UnknownPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown readahead policy '{}' (expected legacy, ondemand or ahead)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPolicy {}
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "legacy" => Ok(PolicyKind::Legacy),
+            "ondemand" | "on-demand" => Ok(PolicyKind::OnDemand),
+            "ahead" => Ok(PolicyKind::Ahead),
+            _ => Err(UnknownPolicy(s.to_string())),
+        }
+    }
+}
+
+/// Policy parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaConfig {
+    /// Maximum window in pages (the kernel's `ra_pages`).
+    pub max_pages: u64,
+    /// Streams tracked per file by the `ahead` policy.
+    pub streams: usize,
+}
+
+impl RaConfig {
+    /// Defaults with a given maximum window.
+    pub fn with_max_pages(max_pages: u64) -> RaConfig {
+        RaConfig {
+            max_pages: max_pages.max(1),
+            ..RaConfig::default()
+        }
+    }
+}
+
+impl Default for RaConfig {
+    fn default() -> Self {
+        RaConfig {
+            max_pages: DEFAULT_MAX_PAGES,
+            streams: ahead::DEFAULT_STREAMS,
+        }
+    }
+}
+
+/// Builds a policy.
+pub fn new_policy(kind: PolicyKind, config: RaConfig) -> Box<dyn Policy> {
+    match kind {
+        PolicyKind::Legacy => Box::new(legacy::Legacy::new(config)),
+        PolicyKind::OnDemand => Box::new(ondemand::OnDemand::new(config)),
+        PolicyKind::Ahead => Box::new(ahead::Ahead::new(config)),
+    }
+}
+
+/// The kernel's initial window: the request rounded up to a power of two,
+/// ×4 if that is at most max/32, ×2 if at most max/4, else the maximum
+/// (`get_init_ra_size`, mm/readahead.c, unchanged since 2.6.0).
+pub fn init_window(request_pages: u64, max: u64) -> u64 {
+    let rounded = request_pages.max(1).next_power_of_two();
+    if rounded <= max / 32 {
+        rounded * 4
+    } else if rounded <= max / 4 {
+        rounded * 2
+    } else {
+        max
+    }
+}
+
+/// The kernel's ramp-up: ×4 below max/16, ×2 up to max/2, then the maximum
+/// (`get_next_ra_size`, mm/readahead.c in Linux 5.x–6.x).
+pub fn next_window(current: u64, max: u64) -> u64 {
+    let current = current.max(1);
+    if current < max / 16 {
+        (4 * current).min(max)
+    } else if current <= max / 2 {
+        (2 * current).min(max)
+    } else {
+        max
+    }
+}
+
+/// The first missing page at or below `index`, scanning at most `scan`
+/// pages (`page_cache_prev_miss`). `Gap::None` means the scan reached page 0
+/// with every page present.
+pub(crate) fn prev_miss(view: &dyn CacheView, index: u64, scan: u64) -> PrevMiss {
+    let mut at = index;
+    for _ in 0..scan {
+        if !view.is_present(at) {
+            return PrevMiss::At(at);
+        }
+        if at == 0 {
+            return PrevMiss::FromStart;
+        }
+        at -= 1;
+    }
+    PrevMiss::NotWithin
+}
+
+/// Result of [`prev_miss`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PrevMiss {
+    /// The first missing page found.
+    At(u64),
+    /// Every page from the scan start down to page 0 is present.
+    FromStart,
+    /// No missing page within the scanned range.
+    NotWithin,
+}
+
+/// The first missing page at or above `index`, scanning at most `scan` pages
+/// (`page_cache_next_miss`); `index + scan` if none.
+pub(crate) fn next_miss(view: &dyn CacheView, index: u64, scan: u64) -> u64 {
+    let end = index.saturating_add(scan).min(view.file_pages());
+    (index..end).find(|&i| !view.is_present(i)).unwrap_or(index + scan)
+}
+
+/// What a [`PageTable`] knows about one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Not cached and not being read.
+    Absent,
+    /// Cached or being read.
+    Present {
+        /// The page carries the lookahead marker.
+        marked: bool,
+        /// The page is still being read by readahead, so the reader will wait
+        /// for a prefetch that came too late.
+        late: bool,
+    },
+}
+
+/// An engine's cache as [`drive`] needs it.
+pub trait PageTable: CacheView {
+    /// The state of page `index`.
+    fn lookup(&self, index: u64) -> Lookup;
+    /// Clears the marker of page `index` (it fires once).
+    fn clear_marker(&mut self, index: u64);
+    /// Reads the window's missing pages as readahead, and marks its marker
+    /// page if that page is read now. Afterwards every page of the window is
+    /// present.
+    fn submit_readahead(&mut self, window: &Window);
+    /// Reads `count` missing pages from `index` for the reader, in one I/O.
+    fn submit_demand(&mut self, index: u64, count: u64);
+}
+
+/// Serves one request: consults `policy` at the request's triggers, submits
+/// its windows to `table`, then reads on demand whatever the request still
+/// lacks, in one I/O per contiguous run (or page by page for a policy that
+/// asks for [`DemandFill::PageAtATime`]).
+///
+/// After `drive` returns, every page of the request (cut to the file) is
+/// present in `table`, cached or in flight.
+pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
+    let file_pages = table.file_pages();
+    if req.count == 0 || req.index >= file_pages {
+        return;
+    }
+    let req = Request::new(req.index, req.count.min(file_pages - req.index));
+    policy.begin(req);
+    let mut late_reported = false;
+    match policy.calls() {
+        Calls::EveryRequest => {
+            // Like 2.6.20's do_generic_mapping_read, call again each time the
+            // reader reaches the end of what the previous call covered (at
+            // most the maximum window).
+            let step = policy.max_pages().max(1);
+            let mut i = req.index;
+            while i < req.end() {
+                let rest = Request::new(i, (req.end() - i).min(step));
+                if let Some(w) = policy.decide(rest, Trigger::Request, &*table) {
+                    submit(table, w);
+                }
+                i += rest.count;
+            }
+            for i in req.index..req.end() {
+                if let Lookup::Present { late: true, .. } = table.lookup(i) {
+                    policy.feedback(Feedback::LateHit { index: i });
+                    break;
+                }
+            }
+        }
+        Calls::OnDemand => {
+            let mut i = req.index;
+            while i < req.end() {
+                let rest = Request::new(i, req.end() - i);
+                match table.lookup(i) {
+                    Lookup::Absent => {
+                        if let Some(w) = policy.decide(rest, Trigger::Miss, &*table) {
+                            submit(table, w);
+                        }
+                        // Whatever the window left out, the request still
+                        // needs: read that run now, in one I/O.
+                        let run = absent_run(table, i, req.end());
+                        if run > 0 {
+                            table.submit_demand(i, run);
+                        }
+                    }
+                    Lookup::Present { marked, late } => {
+                        if late && !late_reported {
+                            late_reported = true;
+                            policy.feedback(Feedback::LateHit { index: i });
+                        }
+                        if marked {
+                            table.clear_marker(i);
+                            if let Some(w) =
+                                policy.decide(rest, Trigger::MarkerHit, &*table)
+                            {
+                                submit(table, w);
+                            }
+                        }
+                    }
+                }
+                i += 1;
+            }
+        }
+    }
+    // Pages still missing (only possible for EveryRequest policies).
+    let mut i = req.index;
+    while i < req.end() {
+        let run = absent_run(table, i, req.end());
+        if run == 0 {
+            i += 1;
+            continue;
+        }
+        match policy.demand_fill() {
+            DemandFill::WholeRun => table.submit_demand(i, run),
+            DemandFill::PageAtATime => {
+                for p in i..i + run {
+                    policy.feedback(Feedback::DemandMiss { index: p });
+                    table.submit_demand(p, 1);
+                }
+            }
+        }
+        i += run;
+    }
+    policy.finish(req);
+}
+
+fn submit(table: &mut dyn PageTable, window: Window) {
+    if let Some(w) = window.clip(table.file_pages()) {
+        table.submit_readahead(&w);
+    }
+}
+
+fn absent_run(table: &dyn PageTable, from: u64, end: u64) -> u64 {
+    (from..end)
+        .take_while(|&i| table.lookup(i) == Lookup::Absent)
+        .count() as u64
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support;
+#[cfg(test)]
+mod props;
