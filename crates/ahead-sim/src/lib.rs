@@ -1,1 +1,3 @@
 //! placeholder
+pub mod device;
+pub mod engine;

@@ -1,0 +1,492 @@
+//! Device models: a rotating disk, a flash drive and a remote object store.
+//!
+//! Every model serves byte ranges and answers one question: when does an I/O
+//! that starts now complete? The simulator keeps the queue; a device says how
+//! many I/Os it serves at once ([`Device::concurrency`]) and, for the disk,
+//! which queued I/O to serve next (the elevator).
+//!
+//! # The disk (`hdd`)
+//!
+//! The preset is the seeds' disk, a 160 GB 7200 rpm SATA drive with an 8 MB
+//! buffer (seed 000: "160G/8M Hitachi SATA II 7200 RPM"), whose sequential
+//! read rate the seeds measured at about 62 MB/s. What the model keeps of a
+//! real drive, because the seeds' numbers depend on it:
+//!
+//! * **Geometry.** Tracks of [`HddParams::track_bytes`] passing under the
+//!   head once per revolution (8.33 ms at 7200 rpm), so the media rate is
+//!   track size ÷ revolution time; heads per cylinder; seeks by cylinder
+//!   distance, `track_to_track + (full_stroke - track_to_track) *
+//!   sqrt(distance / cylinders)`, the usual square-root model of an actuator
+//!   that accelerates then coasts; a head switch between tracks of one
+//!   cylinder.
+//! * **Rotation.** Angular position is derived from virtual time, so the
+//!   rotational delay of every access follows from where the head is, not
+//!   from a random draw.
+//! * **Zero-latency full-track reads into the buffer.** Once on a track, the
+//!   drive reads whatever passes under the head into its buffer, from the
+//!   moment it arrives, and keeps reading the track (and the next one, its
+//!   own read-ahead) while idle. A request completes when its last sector has
+//!   passed. This is why a drive reads backwards at close to its forward
+//!   speed (seed 000: reverse read 50 MB/s against 62 forward): by the time
+//!   the reader asks for the part of the track below, it is in the buffer.
+//! * **The buffer** holds [`HddParams::buffer_tracks`] recently read tracks
+//!   (8 MB), least recently used out.
+//! * **The elevator** (the kernel's, in front of the drive): queued requests
+//!   are served in ascending order from the head's position, wrapping around
+//!   (C-LOOK).
+//!
+//! Calibrated once against the seeds' sequential figure (track size from the
+//! 62 MB/s media rate) and the Hitachi Deskstar 7K160's data sheet (seek
+//! times); never tuned per workload.
+//!
+//! # Flash (`ssd`) and object store (`net`)
+//!
+//! A fixed latency per I/O, a bandwidth shared by all I/Os in flight, and a
+//! queue depth: `complete = max(start + latency, pipe_free) + bytes /
+//! bandwidth`. The `net` preset is a remote object store: a round trip of
+//! milliseconds, modest bandwidth, many concurrent requests.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// An I/O for a device: `len` bytes at byte `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevIo {
+    /// Byte offset on the device.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A device model.
+pub trait Device {
+    /// How many I/Os it serves at once.
+    fn concurrency(&self) -> usize;
+    /// Starts `io` at time `now` (seconds); returns its completion time.
+    fn start(&mut self, now: f64, io: DevIo) -> f64;
+    /// Which of the queued I/Os to start next (an index into `queue`).
+    fn pick(&self, queue: &[DevIo]) -> usize {
+        let _ = queue;
+        0
+    }
+    /// Short description of the model and its parameters.
+    fn describe(&self) -> String;
+}
+
+/// The device models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// The seeds' 7200 rpm SATA disk.
+    Hdd,
+    /// A flash drive.
+    Ssd,
+    /// A remote object store.
+    Net,
+}
+
+impl DeviceKind {
+    /// Name as typed on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Hdd => "hdd",
+            DeviceKind::Ssd => "ssd",
+            DeviceKind::Net => "net",
+        }
+    }
+
+    /// A fresh device of this kind with its preset parameters.
+    pub fn build(self) -> Box<dyn Device> {
+        match self {
+            DeviceKind::Hdd => Box::new(Hdd::new(HddParams::default())),
+            DeviceKind::Ssd => Box::new(Pipe::new(PipeParams::SSD)),
+            DeviceKind::Net => Box::new(Pipe::new(PipeParams::NET)),
+        }
+    }
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DeviceKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "hdd" => Ok(DeviceKind::Hdd),
+            "ssd" => Ok(DeviceKind::Ssd),
+            "net" => Ok(DeviceKind::Net),
+            _ => Err(format!("unknown device '{s}' (expected hdd, ssd or net)")),
+        }
+    }
+}
+
+/// Parameters of the disk model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HddParams {
+    /// Bytes per track. Calibrated so that streaming, one track per
+    /// revolution plus the head switch between tracks, runs at the seeds'
+    /// 62 MB/s: 566,000 B / (8.33 ms + 0.8 ms) = 62.0 MB/s.
+    pub track_bytes: u64,
+    /// Revolutions per minute (7200: 8.33 ms per revolution).
+    pub rpm: f64,
+    /// Heads (tracks per cylinder): two platters, four surfaces.
+    pub heads: u64,
+    /// Capacity in bytes (160 GB).
+    pub capacity: u64,
+    /// Seek to the next cylinder, seconds (data sheet: 1.1 ms).
+    pub track_to_track: f64,
+    /// Seek across the whole disk, seconds (data sheet class: 15 ms; with
+    /// the square-root model this makes the average random seek 8.5 ms, the
+    /// data sheet's figure).
+    pub full_stroke: f64,
+    /// Head switch within a cylinder, and the skew lost between two
+    /// consecutive tracks when streaming, seconds.
+    pub head_switch: f64,
+    /// Command overhead per request, seconds.
+    pub overhead: f64,
+    /// Interface rate for data already in the buffer, bytes/s (SATA II:
+    /// 300 MB/s).
+    pub interface_rate: f64,
+    /// Tracks the buffer holds (8 MB / 566 kB, rounded down).
+    pub buffer_tracks: usize,
+    /// Tracks the drive reads past the last request while idle.
+    pub prefetch_tracks: u64,
+}
+
+impl Default for HddParams {
+    fn default() -> Self {
+        HddParams {
+            track_bytes: 566_000,
+            rpm: 7200.0,
+            heads: 4,
+            capacity: 160_000_000_000,
+            track_to_track: 0.0011,
+            full_stroke: 0.015,
+            head_switch: 0.0008,
+            overhead: 0.00005,
+            interface_rate: 300e6,
+            buffer_tracks: 14,
+            prefetch_tracks: 1,
+        }
+    }
+}
+
+/// The disk model. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Hdd {
+    p: HddParams,
+    rev: f64,
+    /// Tracks fully in the buffer, most recent last.
+    buffered: Vec<u64>,
+    /// The track being streamed: (track, time its first sector passed under
+    /// the head, angle at that time in revolutions).
+    streaming: Option<(u64, f64, f64)>,
+    /// Last track a request asked for; the drive reads ahead past it.
+    last_requested: u64,
+    /// Track the head is on.
+    head_track: u64,
+}
+
+impl Hdd {
+    /// A disk with these parameters, head on track 0, buffer empty.
+    pub fn new(p: HddParams) -> Hdd {
+        Hdd {
+            rev: 60.0 / p.rpm,
+            p,
+            buffered: Vec::new(),
+            streaming: None,
+            last_requested: 0,
+            head_track: 0,
+        }
+    }
+
+    fn cylinders(&self) -> u64 {
+        (self.p.capacity / self.p.track_bytes / self.p.heads).max(1)
+    }
+
+    fn seek_time(&self, from: u64, to: u64) -> f64 {
+        let (c0, c1) = (from / self.p.heads, to / self.p.heads);
+        if c0 == c1 {
+            return if from == to { 0.0 } else { self.p.head_switch };
+        }
+        let d = c0.abs_diff(c1) as f64;
+        let span = self.p.full_stroke - self.p.track_to_track;
+        self.p.track_to_track + span * (d / self.cylinders() as f64).sqrt()
+    }
+
+    fn is_buffered(&self, track: u64) -> bool {
+        self.buffered.contains(&track)
+    }
+
+    fn remember(&mut self, track: u64) {
+        if let Some(pos) = self.buffered.iter().position(|&t| t == track) {
+            self.buffered.remove(pos);
+        }
+        self.buffered.push(track);
+        if self.buffered.len() > self.p.buffer_tracks {
+            self.buffered.remove(0);
+        }
+    }
+
+    /// The streaming schedule: when does track `t` (at or after the streamed
+    /// track, within the read-ahead limit) begin, and at which angle?
+    fn stream_start(&self, t: u64) -> Option<(f64, f64)> {
+        let (t0, start, angle) = self.streaming?;
+        if t < t0 || t > self.last_requested.max(t0) + self.p.prefetch_tracks {
+            return None;
+        }
+        if t == t0 {
+            return Some((start, angle));
+        }
+        // Each following track starts, skewed, at angle 0 once the previous
+        // one has fully passed.
+        let first_done = start + self.rev;
+        let k = (t - t0 - 1) as f64;
+        Some((first_done + self.p.head_switch + k * (self.rev + self.p.head_switch), 0.0))
+    }
+
+    /// Moves tracks whose streaming finished by `now` into the buffer.
+    fn settle(&mut self, now: f64) {
+        let Some((t0, _, _)) = self.streaming else {
+            return;
+        };
+        let mut t = t0;
+        while let Some((s, _)) = self.stream_start(t) {
+            if s + self.rev <= now {
+                self.remember(t);
+                self.head_track = t;
+                t += 1;
+            } else {
+                if s <= now {
+                    self.head_track = t;
+                }
+                break;
+            }
+        }
+    }
+
+    /// Time at which the byte range `[a, b)` of track `t` has fully passed
+    /// under the head, given the track began streaming at `start` with the
+    /// head at `angle`.
+    fn passed(&self, start: f64, angle: f64, a: f64, b: f64) -> f64 {
+        // Angles in revolutions, [0, 1).
+        let inside = angle > a && angle < b;
+        let frac = if inside { 1.0 } else { (b - angle).rem_euclid(1.0) };
+        let frac = if frac == 0.0 && b > a { 1.0 } else { frac };
+        start + frac * self.rev
+    }
+}
+
+impl Device for Hdd {
+    fn concurrency(&self) -> usize {
+        1
+    }
+
+    fn pick(&self, queue: &[DevIo]) -> usize {
+        // C-LOOK: the nearest request at or after the head, else the lowest.
+        let head = self.head_track * self.p.track_bytes;
+        let mut best_up: Option<(u64, usize)> = None;
+        let mut lowest: Option<(u64, usize)> = None;
+        for (i, io) in queue.iter().enumerate() {
+            if io.offset >= head && best_up.is_none_or(|(o, _)| io.offset < o) {
+                best_up = Some((io.offset, i));
+            }
+            if lowest.is_none_or(|(o, _)| io.offset < o) {
+                lowest = Some((io.offset, i));
+            }
+        }
+        best_up.or(lowest).map(|(_, i)| i).unwrap_or(0)
+    }
+
+    fn start(&mut self, now: f64, io: DevIo) -> f64 {
+        let tb = self.p.track_bytes;
+        self.settle(now);
+        let mut t_now = now + self.p.overhead;
+        let mut pos = io.offset;
+        let end = io.offset + io.len.max(1);
+        while pos < end {
+            let track = pos / tb;
+            let piece_end = end.min((track + 1) * tb);
+            let a = (pos % tb) as f64 / tb as f64;
+            let b = if piece_end % tb == 0 {
+                1.0
+            } else {
+                (piece_end % tb) as f64 / tb as f64
+            };
+            let bytes = (piece_end - pos) as f64;
+            if self.is_buffered(track) {
+                t_now += bytes / self.p.interface_rate;
+            } else if let Some((s, angle)) = self.stream_start(track) {
+                // The head is streaming towards (or over) this track.
+                t_now = self.passed(s, angle, a, b).max(t_now);
+            } else {
+                // Mechanical access: stop streaming, seek, wait for rotation.
+                let arrive = t_now + self.seek_time(self.head_track, track);
+                let angle = (arrive / self.rev).rem_euclid(1.0);
+                self.streaming = Some((track, arrive, angle));
+                self.last_requested = track;
+                t_now = self.passed(arrive, angle, a, b);
+            }
+            self.head_track = track;
+            if self.streaming.is_some_and(|(t0, _, _)| track >= t0) {
+                self.last_requested = self.last_requested.max(track);
+            }
+            pos = piece_end;
+        }
+        t_now
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "hdd: {:.0} rpm, {} B/track ({:.1} MB/s streaming), seek {:.1}-{:.1} ms, {} tracks buffered",
+            self.p.rpm,
+            self.p.track_bytes,
+            self.p.track_bytes as f64 / (self.rev + self.p.head_switch) / 1e6,
+            self.p.track_to_track * 1e3,
+            self.p.full_stroke * 1e3,
+            self.p.buffer_tracks
+        )
+    }
+}
+
+/// Parameters of the latency + shared-bandwidth model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PipeParams {
+    /// Name of the preset.
+    pub name: &'static str,
+    /// Latency of one I/O before its data flows, seconds.
+    pub latency: f64,
+    /// Bandwidth shared by all I/Os, bytes per second.
+    pub bandwidth: f64,
+    /// I/Os served at once.
+    pub queue_depth: usize,
+}
+
+impl PipeParams {
+    /// A SATA-class flash drive: 80 µs read latency, 500 MB/s, 32 commands
+    /// (NCQ).
+    pub const SSD: PipeParams = PipeParams {
+        name: "ssd",
+        latency: 80e-6,
+        bandwidth: 500e6,
+        queue_depth: 32,
+    };
+    /// A remote object store: 20 ms to first byte, 100 MB/s, 16 requests in
+    /// flight.
+    pub const NET: PipeParams = PipeParams {
+        name: "net",
+        latency: 20e-3,
+        bandwidth: 100e6,
+        queue_depth: 16,
+    };
+}
+
+/// Latency + shared bandwidth + queue depth.
+#[derive(Clone, Debug)]
+pub struct Pipe {
+    p: PipeParams,
+    pipe_free: f64,
+}
+
+impl Pipe {
+    /// A device with these parameters.
+    pub fn new(p: PipeParams) -> Pipe {
+        Pipe { p, pipe_free: 0.0 }
+    }
+}
+
+impl Device for Pipe {
+    fn concurrency(&self) -> usize {
+        self.p.queue_depth
+    }
+
+    fn start(&mut self, now: f64, io: DevIo) -> f64 {
+        let ready = now + self.p.latency;
+        let done = ready.max(self.pipe_free) + io.len as f64 / self.p.bandwidth;
+        self.pipe_free = done;
+        done
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{}: {:.0} µs latency, {:.0} MB/s, queue depth {}",
+            self.p.name,
+            self.p.latency * 1e6,
+            self.p.bandwidth / 1e6,
+            self.p.queue_depth
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(dev: &mut dyn Device, ios: impl Iterator<Item = DevIo>) -> f64 {
+        let mut now = 0.0;
+        let mut bytes = 0;
+        for io in ios {
+            now = dev.start(now, io);
+            bytes += io.len;
+        }
+        bytes as f64 / now / 1e6
+    }
+
+    #[test]
+    fn hdd_sequential_runs_near_the_media_rate() {
+        let mut d = Hdd::new(HddParams::default());
+        let mb = rate(&mut d, (0..200).map(|i| DevIo { offset: i << 20, len: 1 << 20 }));
+        assert!((58.0..63.0).contains(&mb), "{mb} MB/s");
+    }
+
+    #[test]
+    fn hdd_backward_reads_are_served_by_the_track_buffer() {
+        let mut d = Hdd::new(HddParams::default());
+        let top = 1u64 << 30;
+        let back = rate(&mut d, (1..2000).map(|i| DevIo { offset: top - i * 65536, len: 65536 }));
+        let mut d = Hdd::new(HddParams::default());
+        let random = rate(
+            &mut d,
+            (0..2000u64).map(|i| DevIo { offset: (i * 2_654_435_761 % 16384) * 65536, len: 65536 }),
+        );
+        assert!(back > 3.0 * random, "backward {back} MB/s vs random {random} MB/s");
+    }
+
+    #[test]
+    fn hdd_random_reads_pay_seek_and_rotation() {
+        let mut d = Hdd::new(HddParams::default());
+        let mb = rate(
+            &mut d,
+            (0..2000u64).map(|i| DevIo { offset: (i * 2_654_435_761 % 65536) * 65536, len: 65536 }),
+        );
+        // 64 KiB in a 4 GiB region: a short seek plus about half a turn.
+        assert!((6.0..12.0).contains(&mb), "{mb} MB/s");
+    }
+
+    #[test]
+    fn elevator_serves_upwards_from_the_head() {
+        let d = Hdd::new(HddParams::default());
+        let q = [
+            DevIo { offset: 5 << 20, len: 4096 },
+            DevIo { offset: 1 << 20, len: 4096 },
+        ];
+        assert_eq!(d.pick(&q), 1);
+    }
+
+    #[test]
+    fn pipe_shares_bandwidth() {
+        let mut d = Pipe::new(PipeParams::SSD);
+        let a = d.start(0.0, DevIo { offset: 0, len: 500_000 });
+        let b = d.start(0.0, DevIo { offset: 0, len: 500_000 });
+        assert!((a - 0.00108).abs() < 1e-6, "{a}");
+        assert!((b - 0.00208).abs() < 1e-6, "{b}");
+    }
+
+    #[test]
+    fn parses_kinds() {
+        assert_eq!("HDD".parse::<DeviceKind>().unwrap(), DeviceKind::Hdd);
+        assert!("floppy".parse::<DeviceKind>().unwrap_err().contains("floppy"));
+    }
+}
