@@ -244,19 +244,30 @@ impl Hdd {
         // one has fully passed.
         let first_done = start + self.rev;
         let k = (t - t0 - 1) as f64;
-        Some((first_done + self.p.head_switch + k * (self.rev + self.p.head_switch), 0.0))
+        Some((
+            first_done + self.p.head_switch + k * (self.rev + self.p.head_switch),
+            0.0,
+        ))
     }
 
-    /// Moves tracks whose streaming finished by `now` into the buffer.
+    /// Moves tracks whose streaming finished by `now` into the buffer, and
+    /// stops streaming once the read-ahead limit has been read.
     fn settle(&mut self, now: f64) {
         let Some((t0, _, _)) = self.streaming else {
             return;
         };
+        let limit = self.last_requested.max(t0) + self.p.prefetch_tracks;
         let mut t = t0;
         while let Some((s, _)) = self.stream_start(t) {
             if s + self.rev <= now {
                 self.remember(t);
                 self.head_track = t;
+                if t >= limit {
+                    // Read-ahead done: the drive idles, and the next access
+                    // waits for the platter again.
+                    self.streaming = None;
+                    return;
+                }
                 t += 1;
             } else {
                 if s <= now {
@@ -273,7 +284,11 @@ impl Hdd {
     fn passed(&self, start: f64, angle: f64, a: f64, b: f64) -> f64 {
         // Angles in revolutions, [0, 1).
         let inside = angle > a && angle < b;
-        let frac = if inside { 1.0 } else { (b - angle).rem_euclid(1.0) };
+        let frac = if inside {
+            1.0
+        } else {
+            (b - angle).rem_euclid(1.0)
+        };
         let frac = if frac == 0.0 && b > a { 1.0 } else { frac };
         start + frac * self.rev
     }
@@ -437,7 +452,13 @@ mod tests {
     #[test]
     fn hdd_sequential_runs_near_the_media_rate() {
         let mut d = Hdd::new(HddParams::default());
-        let mb = rate(&mut d, (0..200).map(|i| DevIo { offset: i << 20, len: 1 << 20 }));
+        let mb = rate(
+            &mut d,
+            (0..200).map(|i| DevIo {
+                offset: i << 20,
+                len: 1 << 20,
+            }),
+        );
         assert!((58.0..63.0).contains(&mb), "{mb} MB/s");
     }
 
@@ -445,13 +466,25 @@ mod tests {
     fn hdd_backward_reads_are_served_by_the_track_buffer() {
         let mut d = Hdd::new(HddParams::default());
         let top = 1u64 << 30;
-        let back = rate(&mut d, (1..2000).map(|i| DevIo { offset: top - i * 65536, len: 65536 }));
+        let back = rate(
+            &mut d,
+            (1..2000).map(|i| DevIo {
+                offset: top - i * 65536,
+                len: 65536,
+            }),
+        );
         let mut d = Hdd::new(HddParams::default());
         let random = rate(
             &mut d,
-            (0..2000u64).map(|i| DevIo { offset: (i * 2_654_435_761 % 16384) * 65536, len: 65536 }),
+            (0..2000u64).map(|i| DevIo {
+                offset: (i * 2_654_435_761 % 16384) * 65536,
+                len: 65536,
+            }),
         );
-        assert!(back > 3.0 * random, "backward {back} MB/s vs random {random} MB/s");
+        assert!(
+            back > 3.0 * random,
+            "backward {back} MB/s vs random {random} MB/s"
+        );
     }
 
     #[test]
@@ -459,7 +492,10 @@ mod tests {
         let mut d = Hdd::new(HddParams::default());
         let mb = rate(
             &mut d,
-            (0..2000u64).map(|i| DevIo { offset: (i * 2_654_435_761 % 65536) * 65536, len: 65536 }),
+            (0..2000u64).map(|i| DevIo {
+                offset: (i * 2_654_435_761 % 65536) * 65536,
+                len: 65536,
+            }),
         );
         // 64 KiB in a 4 GiB region: a short seek plus about half a turn.
         assert!((6.0..12.0).contains(&mb), "{mb} MB/s");
@@ -469,8 +505,14 @@ mod tests {
     fn elevator_serves_upwards_from_the_head() {
         let d = Hdd::new(HddParams::default());
         let q = [
-            DevIo { offset: 5 << 20, len: 4096 },
-            DevIo { offset: 1 << 20, len: 4096 },
+            DevIo {
+                offset: 5 << 20,
+                len: 4096,
+            },
+            DevIo {
+                offset: 1 << 20,
+                len: 4096,
+            },
         ];
         assert_eq!(d.pick(&q), 1);
     }
@@ -478,8 +520,20 @@ mod tests {
     #[test]
     fn pipe_shares_bandwidth() {
         let mut d = Pipe::new(PipeParams::SSD);
-        let a = d.start(0.0, DevIo { offset: 0, len: 500_000 });
-        let b = d.start(0.0, DevIo { offset: 0, len: 500_000 });
+        let a = d.start(
+            0.0,
+            DevIo {
+                offset: 0,
+                len: 500_000,
+            },
+        );
+        let b = d.start(
+            0.0,
+            DevIo {
+                offset: 0,
+                len: 500_000,
+            },
+        );
         assert!((a - 0.00108).abs() < 1e-6, "{a}");
         assert!((b - 0.00208).abs() < 1e-6, "{b}");
     }
@@ -487,6 +541,9 @@ mod tests {
     #[test]
     fn parses_kinds() {
         assert_eq!("HDD".parse::<DeviceKind>().unwrap(), DeviceKind::Hdd);
-        assert!("floppy".parse::<DeviceKind>().unwrap_err().contains("floppy"));
+        assert!("floppy"
+            .parse::<DeviceKind>()
+            .unwrap_err()
+            .contains("floppy"));
     }
 }

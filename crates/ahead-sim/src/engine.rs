@@ -322,11 +322,19 @@ impl Engine {
                             Self::issue(c, &mut *self.policies[file], file, off, len);
                         let id = match free_requests.pop() {
                             Some(id) => {
-                                requests[id as usize] = PendingRequest { reader: r, waiting, bytes };
+                                requests[id as usize] = PendingRequest {
+                                    reader: r,
+                                    waiting,
+                                    bytes,
+                                };
                                 id
                             }
                             None => {
-                                requests.push(PendingRequest { reader: r, waiting, bytes });
+                                requests.push(PendingRequest {
+                                    reader: r,
+                                    waiting,
+                                    bytes,
+                                });
                                 (requests.len() - 1) as u32
                             }
                         };
@@ -543,7 +551,8 @@ impl Core {
                 self.stats.evicted_before_use += 1;
                 let file = self.file_base.partition_point(|&b| b <= g as u64) - 1;
                 let index = g as u64 - self.file_base[file];
-                self.feedback.push((file, Feedback::EvictedUnused { index }));
+                self.feedback
+                    .push((file, Feedback::EvictedUnused { index }));
             }
             self.cached -= 1;
         }
@@ -752,7 +761,11 @@ mod tests {
             let mut e = engine(policy, 1 << 20, 10_000);
             let s = e.run_phase(vec![seq(10_000, 4096)]);
             assert_eq!(s.pages_requested, 10_000);
-            assert_eq!(s.device_bytes, 10_000 * 4096, "{policy}: every page read once");
+            assert_eq!(
+                s.device_bytes,
+                10_000 * 4096,
+                "{policy}: every page read once"
+            );
             assert!(s.device_ios < 400, "{policy}: {} I/Os", s.device_ios);
             assert_eq!(s.evicted_before_use + s.unused_at_end, 0, "{policy}");
         }

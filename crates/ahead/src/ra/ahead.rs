@@ -173,7 +173,10 @@ impl Ahead {
             }
             let last_end = s.last.end();
             let forwardish = matches!(s.direction, Direction::Forward | Direction::Unknown);
-            if forwardish && (req.index == last_end || req.index + 1 == last_end) && req.index >= s.last.index {
+            if forwardish
+                && (req.index == last_end || req.index + 1 == last_end)
+                && req.index >= s.last.index
+            {
                 consider(slot, Match::Forward, s.last_used);
                 continue;
             }
@@ -198,7 +201,11 @@ impl Ahead {
                 && req.count == s.last.count
                 && req.index - s.last.index <= MAX_STRIDE_PERIOD
             {
-                consider(slot, Match::StrideCandidate(req.index - s.last.index), s.last_used);
+                consider(
+                    slot,
+                    Match::StrideCandidate(req.index - s.last.index),
+                    s.last_used,
+                );
             }
         }
         best.map(|(slot, m, _)| (slot, m))
@@ -263,7 +270,9 @@ impl Ahead {
                     shape: Shape::Strided { run, period },
                 }
             }
-            Direction::Forward | Direction::Unknown => Window::forward(req.index, pages, async_pages.min(pages)),
+            Direction::Forward | Direction::Unknown => {
+                Window::forward(req.index, pages, async_pages.min(pages))
+            }
         }
     }
 
@@ -295,7 +304,9 @@ impl Ahead {
                     shape: Shape::Strided { run, period },
                 })
             }
-            Direction::Forward | Direction::Unknown => Some(Window::forward(prev.end(), pages, pages)),
+            Direction::Forward | Direction::Unknown => {
+                Some(Window::forward(prev.end(), pages, pages))
+            }
         }
     }
 
@@ -339,11 +350,19 @@ impl Ahead {
             // ramp on.
             next_window(s.size, max)
         };
-        let pages = if s.boost { next_window(pages, max) } else { pages };
+        let pages = if s.boost {
+            next_window(pages, max)
+        } else {
+            pages
+        };
         let st = &mut self.streams[slot];
         st.boost = false;
         st.size = pages;
-        let async_pages = if pages > req.count { pages - req.count } else { pages };
+        let async_pages = if pages > req.count {
+            pages - req.count
+        } else {
+            pages
+        };
         let w = Self::shaped(direction, req, pages, async_pages);
         Some(self.record(slot, w, req.index))
     }
@@ -496,8 +515,22 @@ mod tests {
         for i in 0..200 {
             s.read(i, 1);
         }
-        let w: Vec<(u64, u64, u64)> = s.windows.iter().take(5).map(|w| (w.start, w.size, w.async_size)).collect();
-        assert_eq!(w, vec![(0, 4, 3), (4, 8, 8), (12, 16, 16), (28, 32, 32), (60, 32, 32)]);
+        let w: Vec<(u64, u64, u64)> = s
+            .windows
+            .iter()
+            .take(5)
+            .map(|w| (w.start, w.size, w.async_size))
+            .collect();
+        assert_eq!(
+            w,
+            vec![
+                (0, 4, 3),
+                (4, 8, 8),
+                (12, 16, 16),
+                (28, 32, 32),
+                (60, 32, 32)
+            ]
+        );
         assert_eq!(s.demand_ios, 0);
     }
 
@@ -512,7 +545,11 @@ mod tests {
         }
         // After ramp-up, every window is full size and no reader waits on a
         // demand read beyond the first two of each stream.
-        assert!(s.demand_ios <= 2 * bases.len() as u64, "demand I/Os: {}", s.demand_ios);
+        assert!(
+            s.demand_ios <= 2 * bases.len() as u64,
+            "demand I/Os: {}",
+            s.demand_ios
+        );
         let full = s.windows.iter().filter(|w| w.size == 64).count();
         assert!(full > 20, "full windows: {full}");
     }
@@ -525,7 +562,10 @@ mod tests {
             at -= 4;
             s.read(at, 4);
         }
-        assert!(s.windows.iter().any(|w| w.shape == Shape::Backward && w.size >= 64));
+        assert!(s
+            .windows
+            .iter()
+            .any(|w| w.shape == Shape::Backward && w.size >= 64));
         // Only the first two requests missed.
         assert!(s.demand_ios <= 2, "demand I/Os: {}", s.demand_ios);
         for w in &s.windows {
@@ -560,7 +600,9 @@ mod tests {
         let mut s = sim(64);
         let mut rng = 12345u64;
         for _ in 0..2000 {
-            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             let idx = (rng >> 33) % 99_000 + 1;
             s.read(idx, 2);
         }
@@ -592,7 +634,10 @@ mod tests {
             s.read(i, 1);
         }
         let after: Vec<u64> = s.windows.iter().rev().take(5).map(|w| w.size).collect();
-        assert!(after.iter().all(|&n| n <= 184 * 3 / 4), "{last:?} then {after:?}");
+        assert!(
+            after.iter().all(|&n| n <= 184 * 3 / 4),
+            "{last:?} then {after:?}"
+        );
     }
 
     #[test]
@@ -600,6 +645,12 @@ mod tests {
         let mut s = sim(32);
         s.read(5000, 100);
         assert_eq!(s.demand_ios + s.windows.len() as u64, 1);
-        assert!(s.windows.iter().chain(std::iter::empty()).all(|w| w.size >= 100) || s.demand_ios == 1);
+        assert!(
+            s.windows
+                .iter()
+                .chain(std::iter::empty())
+                .all(|w| w.size >= 100)
+                || s.demand_ios == 1
+        );
     }
 }

@@ -34,8 +34,7 @@
 //! [`drive`]: super::drive
 
 use super::{
-    init_window, CacheView, Calls, DemandFill, Feedback, Policy, RaConfig, Request, Trigger,
-    Window,
+    init_window, CacheView, Calls, DemandFill, Feedback, Policy, RaConfig, Request, Trigger, Window,
 };
 
 /// The legacy minimum window: 16 KiB (`VM_MIN_READAHEAD`, 2.6.20
@@ -230,7 +229,6 @@ impl Policy for Legacy {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::ra::tests_support::Sim;
     use crate::ra::PolicyKind;
 
@@ -240,7 +238,12 @@ mod tests {
         for i in 0..100 {
             sim.read(i, 1);
         }
-        let w: Vec<(u64, u64)> = sim.windows.iter().take(5).map(|w| (w.start, w.size)).collect();
+        let w: Vec<(u64, u64)> = sim
+            .windows
+            .iter()
+            .take(5)
+            .map(|w| (w.start, w.size))
+            .collect();
         // current [0,4), ahead [4,12) at the second read, then each crossing
         // shifts and issues the next ahead window: 16, 32, 32.
         assert_eq!(w[0], (0, 4));
@@ -255,7 +258,10 @@ mod tests {
     fn random_read_switches_readahead_off() {
         let mut sim = Sim::new(PolicyKind::Legacy, 32, 10_000);
         sim.read(500, 2);
-        assert_eq!(sim.windows.last().map(|w| (w.start, w.size)), Some((500, 2)));
+        assert_eq!(
+            sim.windows.last().map(|w| (w.start, w.size)),
+            Some((500, 2))
+        );
     }
 
     #[test]

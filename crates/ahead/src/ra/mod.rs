@@ -473,7 +473,9 @@ pub(crate) enum PrevMiss {
 /// (`page_cache_next_miss`); `index + scan` if none.
 pub(crate) fn next_miss(view: &dyn CacheView, index: u64, scan: u64) -> u64 {
     let end = index.saturating_add(scan).min(view.file_pages());
-    (index..end).find(|&i| !view.is_present(i)).unwrap_or(index + scan)
+    (index..end)
+        .find(|&i| !view.is_present(i))
+        .unwrap_or(index + scan)
 }
 
 /// What a [`PageTable`] knows about one page.
@@ -564,9 +566,7 @@ pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
                         }
                         if marked {
                             table.clear_marker(i);
-                            if let Some(w) =
-                                policy.decide(rest, Trigger::MarkerHit, &*table)
-                            {
+                            if let Some(w) = policy.decide(rest, Trigger::MarkerHit, &*table) {
                                 submit(table, w);
                             }
                         }
@@ -611,6 +611,6 @@ fn absent_run(table: &dyn PageTable, from: u64, end: u64) -> u64 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests_support;
-#[cfg(test)]
 mod props;
+#[cfg(test)]
+pub(crate) mod tests_support;

@@ -48,8 +48,8 @@
 //! miss on `prev - 1`, the last page read again by an unaligned reader.
 
 use super::{
-    init_window, next_miss, next_window, prev_miss, CacheView, Policy, PrevMiss, RaConfig,
-    Request, Trigger, Window,
+    init_window, next_miss, next_window, prev_miss, CacheView, Policy, PrevMiss, RaConfig, Request,
+    Trigger, Window,
 };
 
 /// The on-demand policy's per-file state (`struct file_ra_state`).
@@ -235,7 +235,13 @@ mod tests {
         // 256/16? no, <= 128: x2), 128, 256, 256.
         assert_eq!(
             sizes,
-            vec![(0, 32, 16), (32, 64, 64), (96, 128, 128), (224, 256, 256), (480, 256, 256)]
+            vec![
+                (0, 32, 16),
+                (32, 64, 64),
+                (96, 128, 128),
+                (224, 256, 256),
+                (480, 256, 256)
+            ]
         );
     }
 
@@ -247,7 +253,9 @@ mod tests {
         assert_eq!((w.start, w.size), (0, 4));
         p.finish(Request::new(0, 1));
         let before = p.state();
-        let w = p.decide(Request::new(5000, 2), Trigger::Miss, &cache).unwrap();
+        let w = p
+            .decide(Request::new(5000, 2), Trigger::Miss, &cache)
+            .unwrap();
         assert_eq!((w.start, w.size, w.async_size), (5000, 2, 0));
         assert_eq!(p.state(), before, "a random read must not touch the state");
     }
@@ -256,7 +264,9 @@ mod tests {
     fn oversize_request_is_read_whole() {
         let mut p = OnDemand::new(RaConfig::with_max_pages(32));
         let cache = VecCache::new(10_000);
-        let w = p.decide(Request::new(777, 100), Trigger::Miss, &cache).unwrap();
+        let w = p
+            .decide(Request::new(777, 100), Trigger::Miss, &cache)
+            .unwrap();
         assert_eq!(w.start, 777);
         assert!(w.size >= 100);
         assert!(w.marker_page().unwrap() < w.end());
@@ -271,11 +281,15 @@ mod tests {
             cache.present[i] = true;
         }
         p.finish(Request::new(9000, 1)); // the last read was elsewhere
-        let w = p.decide(Request::new(120, 1), Trigger::Miss, &cache).unwrap();
+        let w = p
+            .decide(Request::new(120, 1), Trigger::Miss, &cache)
+            .unwrap();
         // history 20 + request 1 = 21 pages, async 1.
         assert_eq!((w.start, w.size, w.async_size), (120, 21, 1));
         // No history: random.
-        let w = p.decide(Request::new(5000, 1), Trigger::Miss, &cache).unwrap();
+        let w = p
+            .decide(Request::new(5000, 1), Trigger::Miss, &cache)
+            .unwrap();
         assert_eq!((w.size, w.async_size), (1, 0));
     }
 
@@ -288,13 +302,18 @@ mod tests {
         for i in 500..516 {
             cache.present[i] = true;
         }
-        let w = p.decide(Request::new(500, 1), Trigger::MarkerHit, &cache).unwrap();
+        let w = p
+            .decide(Request::new(500, 1), Trigger::MarkerHit, &cache)
+            .unwrap();
         // next miss at 516: old async 16 + 1 = 17 -> x2 = 34.
         assert_eq!((w.start, w.size, w.async_size), (516, 34, 34));
     }
 
     #[test]
     fn policy_by_name() {
-        assert_eq!(new_policy(PolicyKind::OnDemand, RaConfig::default()).name(), "ondemand");
+        assert_eq!(
+            new_policy(PolicyKind::OnDemand, RaConfig::default()).name(),
+            "ondemand"
+        );
     }
 }

@@ -70,7 +70,10 @@ impl PageTable for Table {
         self.marked[index as usize] = false;
     }
     fn submit_readahead(&mut self, window: &Window) {
-        assert!(window.end() <= self.file_pages(), "window past EOF: {window:?}");
+        assert!(
+            window.end() <= self.file_pages(),
+            "window past EOF: {window:?}"
+        );
         self.windows.push(*window);
         let marker = window.marker_page();
         let mut newly = Vec::new();
@@ -153,7 +156,11 @@ pub fn check_window(w: &Window, req: Request, trigger: Trigger, max: u64) {
     if trigger == Trigger::Miss {
         // Seed 001: a window made on a miss starts at or before the missing
         // page and holds it.
-        assert!(w.contains(req.index), "{w:?} lacks the missing page {}", req.index);
+        assert!(
+            w.contains(req.index),
+            "{w:?} lacks the missing page {}",
+            req.index
+        );
     }
 }
 
@@ -191,7 +198,11 @@ impl Sim {
     }
 
     pub fn read(&mut self, index: u64, count: u64) {
-        drive(&mut self.policy, &mut self.cache, Request::new(index, count));
+        drive(
+            &mut self.policy,
+            &mut self.cache,
+            Request::new(index, count),
+        );
         for p in index..(index + count).min(self.cache.file_pages()) {
             self.cache.unused[p as usize] = false;
         }

@@ -1,0 +1,199 @@
+//! `ahead sim`: runs the simulator and prints a table, JSON or a plot.
+
+use ahead::ra::PolicyKind;
+use ahead::units::parse_size;
+use ahead_bench::report::{bar_chart, line_chart, Table};
+use ahead_sim::device::DeviceKind;
+use ahead_sim::scenario::{self, Scenario, SimOptions, SimResult};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// Arguments of `ahead sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Scenario: iozone, aio-random, interleaved, thrash, or replay FILE.
+    scenario: String,
+    /// Trace file, for `replay`: one read per line, `offset length [stream-id]`.
+    trace: Option<PathBuf>,
+    /// Policies to compare, comma-separated.
+    #[arg(long, default_value = "legacy,ondemand,ahead")]
+    policy: String,
+    /// Device model: hdd, ssd or net.
+    #[arg(long, default_value = "hdd")]
+    device: String,
+    /// Cache budget (e.g. 2g, 128m); default depends on the scenario.
+    #[arg(long)]
+    memory: Option<String>,
+    /// Record (request) size (e.g. 64k, 4k); default depends on the scenario.
+    #[arg(long)]
+    record: Option<String>,
+    /// Maximum readahead window (e.g. 128k, 1m); default depends on the scenario.
+    #[arg(long = "max-readahead")]
+    max_readahead: Option<String>,
+    /// File size (e.g. 4g); default depends on the scenario.
+    #[arg(long = "file-size")]
+    file_size: Option<String>,
+    /// Seed of the random workloads.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Print one JSON array of results on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot to this file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+fn size(opt: &Option<String>, what: &str) -> Result<Option<u64>> {
+    opt.as_deref()
+        .map(|s| parse_size(s).with_context(|| format!("--{what}")))
+        .transpose()
+}
+
+/// Runs `ahead sim`.
+pub fn run(args: SimArgs) -> Result<()> {
+    if let (Some(trace), false) = (&args.trace, args.scenario == "replay") {
+        bail!(
+            "unexpected argument '{}': only replay takes a trace file",
+            trace.display()
+        );
+    }
+    let scenario = Scenario::parse(&args.scenario, args.trace.clone())?;
+    let mut policies = Vec::new();
+    for p in args.policy.split(',').filter(|s| !s.trim().is_empty()) {
+        let kind: PolicyKind = p.parse()?;
+        if !policies.contains(&kind) {
+            policies.push(kind);
+        }
+    }
+    if policies.is_empty() {
+        bail!("--policy: no policy given (expected legacy, ondemand or ahead)");
+    }
+    let device: DeviceKind = args.device.parse().map_err(anyhow::Error::msg)?;
+    let opts = SimOptions {
+        policies,
+        device,
+        memory: size(&args.memory, "memory")?,
+        record: size(&args.record, "record")?,
+        max_readahead: size(&args.max_readahead, "max-readahead")?,
+        file_size: size(&args.file_size, "file-size")?,
+        seed: args.seed,
+    };
+    let started = Instant::now();
+    let rows = scenario::run(&scenario, &opts)?;
+    let wall = started.elapsed();
+    if let Some(path) = &args.plot {
+        let svg = plot(&scenario, &rows);
+        std::fs::write(path, svg).with_context(|| format!("writing plot {}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {} ({}), simulated in {:.1} s",
+        scenario.name(),
+        device,
+        device.build().describe(),
+        wall.as_secs_f64()
+    );
+    print!("{}", table(&rows).render());
+    if let Some(path) = &args.plot {
+        println!("plot written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn table(rows: &[SimResult]) -> Table {
+    let thrash = rows.iter().any(|r| r.peak_throughput_mb_s.is_some());
+    let mut header = vec![
+        "workload",
+        "policy",
+        "rec KiB",
+        "MB/s",
+        "avg IO KiB",
+        "hit",
+        "waste",
+        "evicted unused",
+        "late",
+        "dev/req",
+    ];
+    if thrash {
+        header.extend(["peak MB/s", "min IO KiB"]);
+    }
+    let mut t = Table::new(&header);
+    for r in rows {
+        let mut cells = vec![
+            r.workload.clone(),
+            r.policy.clone(),
+            format!("{:.0}", r.record_kib),
+            format!("{:.1}", r.throughput_mb_s),
+            format!("{:.0}", r.avg_io_kib),
+            format!("{:.3}", r.hit_ratio),
+            format!("{:.3}", r.waste_ratio),
+            r.evicted_before_use_pages.to_string(),
+            r.late_prefetches.to_string(),
+            format!("{:.2}", r.read_amplification),
+        ];
+        if let (Some(p), Some(m)) = (r.peak_throughput_mb_s, r.min_avg_io_kib) {
+            cells.push(format!("{p:.1}"));
+            cells.push(format!("{m:.0}"));
+        }
+        t.row(cells);
+    }
+    t
+}
+
+fn plot(scenario: &Scenario, rows: &[SimResult]) -> String {
+    let mut policies: Vec<String> = Vec::new();
+    let mut workloads: Vec<String> = Vec::new();
+    for r in rows {
+        if !policies.contains(&r.policy) {
+            policies.push(r.policy.clone());
+        }
+        if !workloads.contains(&r.workload) {
+            workloads.push(r.workload.clone());
+        }
+    }
+    if let Scenario::Thrash = scenario {
+        let values: Vec<Vec<f64>> = policies
+            .iter()
+            .map(|p| {
+                rows.iter()
+                    .find(|r| &r.policy == p)
+                    .and_then(|r| r.timeline_mb_s.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        return line_chart(
+            "readahead thrashing: a 100 KB/s reader started every second",
+            "seconds",
+            "delivered MB/s",
+            &policies,
+            &values,
+        );
+    }
+    let values: Vec<Vec<f64>> = policies
+        .iter()
+        .map(|p| {
+            workloads
+                .iter()
+                .map(|w| {
+                    rows.iter()
+                        .find(|r| &r.policy == p && &r.workload == w)
+                        .map(|r| r.throughput_mb_s)
+                        .unwrap_or(0.0)
+                })
+                .collect()
+        })
+        .collect();
+    bar_chart(
+        &format!("{}: throughput per policy", scenario.name()),
+        "MB/s",
+        &workloads,
+        &policies,
+        &values,
+    )
+}
