@@ -178,26 +178,40 @@ impl Default for HddParams {
 pub struct Hdd {
     p: HddParams,
     rev: f64,
-    /// Tracks fully in the buffer, most recent last.
-    buffered: Vec<u64>,
-    /// The track being streamed: (track, time its first sector passed under
-    /// the head, angle at that time in revolutions).
-    streaming: Option<(u64, f64, f64)>,
-    /// Last track a request asked for; the drive reads ahead past it.
-    last_requested: u64,
+    /// Track skew in revolutions: a sequential reader crossing to the next
+    /// track arrives exactly at its first sector.
+    skew: f64,
+    /// What the buffer holds: per track, arcs `[from, to)` of the track in
+    /// fractions of it; most recently used last.
+    buffer: Vec<(u64, Vec<(f64, f64)>)>,
+    /// The head is reading `track` from position `from` (a fraction of the
+    /// track) at time `since`, and keeps reading forward, track after track,
+    /// until the end of `stop`.
+    stream: Option<Stream>,
     /// Track the head is on.
     head_track: u64,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    track: u64,
+    since: f64,
+    from: f64,
+    stop: u64,
+}
+
+const EPS: f64 = 1e-9;
+
 impl Hdd {
     /// A disk with these parameters, head on track 0, buffer empty.
     pub fn new(p: HddParams) -> Hdd {
+        let rev = 60.0 / p.rpm;
         Hdd {
-            rev: 60.0 / p.rpm,
+            rev,
+            skew: p.head_switch / rev,
             p,
-            buffered: Vec::new(),
-            streaming: None,
-            last_requested: 0,
+            buffer: Vec::new(),
+            stream: None,
             head_track: 0,
         }
     }
@@ -216,81 +230,154 @@ impl Hdd {
         self.p.track_to_track + span * (d / self.cylinders() as f64).sqrt()
     }
 
-    fn is_buffered(&self, track: u64) -> bool {
-        self.buffered.contains(&track)
+    /// Where on `track` (fraction of the track) the head is at `time`.
+    fn position(&self, track: u64, time: f64) -> f64 {
+        (time / self.rev - track as f64 * self.skew).rem_euclid(1.0)
     }
 
-    fn remember(&mut self, track: u64) {
-        if let Some(pos) = self.buffered.iter().position(|&t| t == track) {
-            self.buffered.remove(pos);
-        }
-        self.buffered.push(track);
-        if self.buffered.len() > self.p.buffer_tracks {
-            self.buffered.remove(0);
-        }
-    }
-
-    /// The streaming schedule: when does track `t` (at or after the streamed
-    /// track, within the read-ahead limit) begin, and at which angle?
-    fn stream_start(&self, t: u64) -> Option<(f64, f64)> {
-        let (t0, start, angle) = self.streaming?;
-        if t < t0 || t > self.last_requested.max(t0) + self.p.prefetch_tracks {
-            return None;
-        }
-        if t == t0 {
-            return Some((start, angle));
-        }
-        // Each following track starts, skewed, at angle 0 once the previous
-        // one has fully passed.
-        let first_done = start + self.rev;
-        let k = (t - t0 - 1) as f64;
-        Some((
-            first_done + self.p.head_switch + k * (self.rev + self.p.head_switch),
-            0.0,
-        ))
-    }
-
-    /// Moves tracks whose streaming finished by `now` into the buffer, and
-    /// stops streaming once the read-ahead limit has been read.
-    fn settle(&mut self, now: f64) {
-        let Some((t0, _, _)) = self.streaming else {
+    fn cover(&mut self, track: u64, from: f64, to: f64) {
+        if to - from <= EPS {
             return;
+        }
+        let idx = match self.buffer.iter().position(|(t, _)| *t == track) {
+            Some(i) => {
+                let e = self.buffer.remove(i);
+                self.buffer.push(e);
+                self.buffer.len() - 1
+            }
+            None => {
+                self.buffer.push((track, Vec::new()));
+                if self.buffer.len() > self.p.buffer_tracks {
+                    self.buffer.remove(0);
+                }
+                self.buffer.len() - 1
+            }
         };
-        let limit = self.last_requested.max(t0) + self.p.prefetch_tracks;
-        let mut t = t0;
-        while let Some((s, _)) = self.stream_start(t) {
-            if s + self.rev <= now {
-                self.remember(t);
-                self.head_track = t;
-                if t >= limit {
-                    // Read-ahead done: the drive idles, and the next access
-                    // waits for the platter again.
-                    self.streaming = None;
-                    return;
+        let arcs = &mut self.buffer[idx].1;
+        let mut add = |a: f64, b: f64| {
+            arcs.push((a, b));
+            arcs.sort_by(|x, y| x.0.total_cmp(&y.0));
+            let mut merged: Vec<(f64, f64)> = Vec::with_capacity(arcs.len());
+            for &(a, b) in arcs.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 + EPS => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
                 }
-                t += 1;
+            }
+            *arcs = merged;
+        };
+        if to - from >= 1.0 - EPS {
+            add(0.0, 1.0);
+        } else {
+            let (a, b) = (from.rem_euclid(1.0), from.rem_euclid(1.0) + (to - from));
+            if b <= 1.0 {
+                add(a, b);
             } else {
-                if s <= now {
-                    self.head_track = t;
-                }
-                break;
+                add(a, 1.0);
+                add(0.0, b - 1.0);
             }
         }
     }
 
-    /// Time at which the byte range `[a, b)` of track `t` has fully passed
-    /// under the head, given the track began streaming at `start` with the
-    /// head at `angle`.
-    fn passed(&self, start: f64, angle: f64, a: f64, b: f64) -> f64 {
-        // Angles in revolutions, [0, 1).
-        let inside = angle > a && angle < b;
-        let frac = if inside {
+    fn covered(&self, track: u64, a: f64, b: f64) -> bool {
+        self.buffer
+            .iter()
+            .find(|(t, _)| *t == track)
+            .is_some_and(|(_, arcs)| arcs.iter().any(|&(x, y)| x <= a + EPS && y >= b - EPS))
+    }
+
+    /// Advances the head's streaming to `now`: what passed under it is in
+    /// the buffer; at the end of `stop` the drive idles.
+    fn settle(&mut self, now: f64) {
+        while let Some(s) = self.stream {
+            if s.since >= now {
+                return;
+            }
+            let end = s.since + (1.0 - s.from) * self.rev;
+            if end <= now {
+                self.cover(s.track, s.from, 1.0);
+                self.head_track = s.track;
+                if s.track >= s.stop {
+                    self.stream = None;
+                    return;
+                }
+                self.stream = Some(Stream {
+                    track: s.track + 1,
+                    since: end + self.p.head_switch,
+                    from: 0.0,
+                    stop: s.stop,
+                });
+            } else {
+                let at = s.from + (now - s.since) / self.rev;
+                self.cover(s.track, s.from, at);
+                self.head_track = s.track;
+                self.stream = Some(Stream {
+                    since: now,
+                    from: at,
+                    ..s
+                });
+                return;
+            }
+        }
+    }
+
+    /// Serves the piece `[a, b)` (fractions) of `track`, starting no earlier
+    /// than `t`; returns its completion time.
+    fn piece(&mut self, t: f64, track: u64, a: f64, b: f64, req_last: u64) -> f64 {
+        self.settle(t);
+        if self.covered(track, a, b) {
+            return t + (b - a) * self.p.track_bytes as f64 / self.p.interface_rate;
+        }
+        if let Some(s) = self.stream {
+            // The head is already reading towards this piece.
+            // (What passed since `from` moved is in the buffer already.)
+            let ahead_on_track = s.track == track
+                && b > s.from + EPS
+                && (a + EPS >= s.from || self.covered(track, a, s.from));
+            let later_track =
+                track > s.track && (track <= s.stop || (track == s.track + 1 && track <= req_last));
+            if ahead_on_track || later_track {
+                let mut arrive = s.since;
+                let mut from = s.from;
+                let mut cur = s.track;
+                while cur < track {
+                    let end = arrive + (1.0 - from) * self.rev;
+                    self.cover(cur, from, 1.0);
+                    arrive = end + self.p.head_switch;
+                    from = 0.0;
+                    cur += 1;
+                }
+                let done = arrive + (b - from).max(0.0) * self.rev;
+                self.cover(track, from, b);
+                self.stream = Some(Stream {
+                    track,
+                    since: done,
+                    from: b,
+                    stop: s.stop.max(track),
+                });
+                self.head_track = track;
+                return done.max(t);
+            }
+        }
+        // A mechanical access: seek, then read whatever passes under the
+        // head (zero-latency read) until the piece is complete.
+        let arrive = t + self.seek_time(self.head_track, track);
+        let head = self.position(track, arrive);
+        let turn = if head > a + EPS && head < b - EPS {
             1.0
         } else {
-            (b - angle).rem_euclid(1.0)
+            (b - head).rem_euclid(1.0)
         };
-        let frac = if frac == 0.0 && b > a { 1.0 } else { frac };
-        start + frac * self.rev
+        let done = arrive + turn * self.rev;
+        self.cover(track, head, head + turn);
+        self.stream = Some(Stream {
+            track,
+            since: done,
+            from: b,
+            stop: track,
+        });
+        self.head_track = track;
+        done
     }
 }
 
@@ -317,40 +404,25 @@ impl Device for Hdd {
 
     fn start(&mut self, now: f64, io: DevIo) -> f64 {
         let tb = self.p.track_bytes;
-        self.settle(now);
-        let mut t_now = now + self.p.overhead;
+        let mut t = now + self.p.overhead;
         let mut pos = io.offset;
         let end = io.offset + io.len.max(1);
+        let req_last = (end - 1) / tb;
+        let mut last = pos / tb;
         while pos < end {
             let track = pos / tb;
             let piece_end = end.min((track + 1) * tb);
-            let a = (pos % tb) as f64 / tb as f64;
-            let b = if piece_end % tb == 0 {
-                1.0
-            } else {
-                (piece_end % tb) as f64 / tb as f64
-            };
-            let bytes = (piece_end - pos) as f64;
-            if self.is_buffered(track) {
-                t_now += bytes / self.p.interface_rate;
-            } else if let Some((s, angle)) = self.stream_start(track) {
-                // The head is streaming towards (or over) this track.
-                t_now = self.passed(s, angle, a, b).max(t_now);
-            } else {
-                // Mechanical access: stop streaming, seek, wait for rotation.
-                let arrive = t_now + self.seek_time(self.head_track, track);
-                let angle = (arrive / self.rev).rem_euclid(1.0);
-                self.streaming = Some((track, arrive, angle));
-                self.last_requested = track;
-                t_now = self.passed(arrive, angle, a, b);
-            }
-            self.head_track = track;
-            if self.streaming.is_some_and(|(t0, _, _)| track >= t0) {
-                self.last_requested = self.last_requested.max(track);
-            }
+            let a = (pos - track * tb) as f64 / tb as f64;
+            let b = (piece_end - track * tb) as f64 / tb as f64;
+            t = self.piece(t, track, a, b, req_last);
+            last = track;
             pos = piece_end;
         }
-        t_now
+        // The drive's own read-ahead: keep reading past the request.
+        if let Some(s) = &mut self.stream {
+            s.stop = s.stop.max(last + self.p.prefetch_tracks);
+        }
+        t
     }
 
     fn describe(&self) -> String {
@@ -457,6 +529,19 @@ mod tests {
             (0..200).map(|i| DevIo {
                 offset: i << 20,
                 len: 1 << 20,
+            }),
+        );
+        assert!((58.0..63.0).contains(&mb), "{mb} MB/s");
+    }
+
+    #[test]
+    fn hdd_small_sequential_requests_stream_too() {
+        let mut d = Hdd::new(HddParams::default());
+        let mb = rate(
+            &mut d,
+            (0..4000).map(|i| DevIo {
+                offset: i << 16,
+                len: 1 << 16,
             }),
         );
         assert!((58.0..63.0).contains(&mb), "{mb} MB/s");

@@ -410,11 +410,11 @@ fn iozone(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
             ),
             (
                 "random",
-                Box::new(move || random_records(seed, records, rec, records)),
+                Box::new(move || random_records(seed, records, rec)),
             ),
             (
                 "mixed",
-                Box::new(move || random_records(seed ^ 0x9e37, records, rec, records)),
+                Box::new(move || random_records(seed ^ 0x9e37, records, rec)),
             ),
             (
                 "pread",
@@ -436,14 +436,12 @@ fn iozone(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
     Ok(out)
 }
 
-fn random_records(
-    seed: u64,
-    records: u64,
-    rec: u64,
-    n: u64,
-) -> Box<dyn Iterator<Item = (u64, u64)>> {
+/// As many records as the file holds, each drawn uniformly at random (with
+/// replacement, seeded): iozone's random read draws each offset from its
+/// random generator.
+fn random_records(seed: u64, records: u64, rec: u64) -> Box<dyn Iterator<Item = (u64, u64)>> {
     let mut rng = fastrand::Rng::with_seed(seed);
-    Box::new((0..n).map(move |_| (rng.u64(0..records) * rec, rec)))
+    Box::new((0..records).map(move |_| (rng.u64(0..records) * rec, rec)))
 }
 
 fn aio_random(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
