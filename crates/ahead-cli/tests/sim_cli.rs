@@ -16,7 +16,15 @@ fn stderr(o: &std::process::Output) -> String {
 #[test]
 fn json_has_the_documented_fields() {
     let o = ahead(&[
-        "sim", "interleaved", "--device", "ssd", "--file-size", "32m", "--memory", "64m", "--json",
+        "sim",
+        "interleaved",
+        "--device",
+        "ssd",
+        "--file-size",
+        "32m",
+        "--memory",
+        "64m",
+        "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON array");
@@ -24,15 +32,27 @@ fn json_has_the_documented_fields() {
     assert_eq!(rows.len(), 6, "2 workloads x 3 policies");
     for r in rows {
         for f in [
-            "scenario", "workload", "policy", "device", "record_kib", "throughput_mb_s", "avg_io_kib",
-            "hit_ratio", "waste_ratio", "evicted_before_use_pages", "late_prefetches",
+            "scenario",
+            "workload",
+            "policy",
+            "device",
+            "record_kib",
+            "throughput_mb_s",
+            "avg_io_kib",
+            "hit_ratio",
+            "waste_ratio",
+            "evicted_before_use_pages",
+            "late_prefetches",
         ] {
             assert!(r.get(f).is_some(), "missing {f} in {r}");
         }
         assert_eq!(r["scenario"], "interleaved");
         assert!(r["throughput_mb_s"].as_f64().unwrap() > 0.0);
     }
-    let workloads: Vec<&str> = rows.iter().map(|r| r["workload"].as_str().unwrap()).collect();
+    let workloads: Vec<&str> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
     assert!(workloads.contains(&"single") && workloads.contains(&"interleaved-8"));
 }
 
@@ -41,12 +61,23 @@ fn table_and_plot() {
     let dir = tempfile::tempdir().unwrap();
     let plot = dir.path().join("p.svg");
     let o = ahead(&[
-        "sim", "aio-random", "--file-size", "16m", "--memory", "64m", "--policy", "ondemand,ahead",
-        "--plot", plot.to_str().unwrap(),
+        "sim",
+        "aio-random",
+        "--file-size",
+        "16m",
+        "--memory",
+        "64m",
+        "--policy",
+        "ondemand,ahead",
+        "--plot",
+        plot.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("random-64k") && out.contains("ondemand") && out.contains("ahead"), "{out}");
+    assert!(
+        out.contains("random-64k") && out.contains("ondemand") && out.contains("ahead"),
+        "{out}"
+    );
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("ahead"));
 }
@@ -57,10 +88,21 @@ fn replay_a_trace() {
     let trace = dir.path().join("t.trace");
     let mut text = String::new();
     for i in 0..200u64 {
-        text.push_str(&format!("{} 4096 1\n{} 4096 2\n", i * 4096, (1000 + i) * 4096));
+        text.push_str(&format!(
+            "{} 4096 1\n{} 4096 2\n",
+            i * 4096,
+            (1000 + i) * 4096
+        ));
     }
     std::fs::write(&trace, text).unwrap();
-    let o = ahead(&["sim", "replay", trace.to_str().unwrap(), "--device", "ssd", "--json"]);
+    let o = ahead(&[
+        "sim",
+        "replay",
+        trace.to_str().unwrap(),
+        "--device",
+        "ssd",
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 3);
@@ -75,12 +117,30 @@ fn bad_input_is_one_line_and_nonzero() {
     let missing = dir.path().join("missing.trace");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["sim", "bogus"], "unknown scenario 'bogus'"),
-        (vec!["sim", "iozone", "--policy", "magic"], "unknown readahead policy 'magic'"),
-        (vec!["sim", "iozone", "--device", "floppy"], "unknown device 'floppy'"),
-        (vec!["sim", "iozone", "--memory", "12q"], "invalid size '12q'"),
-        (vec!["sim", "iozone", "--memory", "64k"], "smaller than two readahead windows"),
-        (vec!["sim", "replay", bad.to_str().unwrap()], "bad.trace:2: length"),
-        (vec!["sim", "replay", missing.to_str().unwrap()], "missing.trace"),
+        (
+            vec!["sim", "iozone", "--policy", "magic"],
+            "unknown readahead policy 'magic'",
+        ),
+        (
+            vec!["sim", "iozone", "--device", "floppy"],
+            "unknown device 'floppy'",
+        ),
+        (
+            vec!["sim", "iozone", "--memory", "12q"],
+            "invalid size '12q'",
+        ),
+        (
+            vec!["sim", "iozone", "--memory", "64k"],
+            "smaller than two readahead windows",
+        ),
+        (
+            vec!["sim", "replay", bad.to_str().unwrap()],
+            "bad.trace:2: length",
+        ),
+        (
+            vec!["sim", "replay", missing.to_str().unwrap()],
+            "missing.trace",
+        ),
         (vec!["sim", "replay"], "replay needs a trace file"),
     ];
     for (args, want) in cases {
@@ -88,7 +148,11 @@ fn bad_input_is_one_line_and_nonzero() {
         let err = stderr(&o);
         assert!(!o.status.success(), "{args:?} succeeded");
         assert!(err.contains(want), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line: {err}"
+        );
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }

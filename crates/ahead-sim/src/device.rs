@@ -64,10 +64,11 @@ pub trait Device {
     fn concurrency(&self) -> usize;
     /// Starts `io` at time `now` (seconds); returns its completion time.
     fn start(&mut self, now: f64, io: DevIo) -> f64;
-    /// Which of the queued I/Os to start next (an index into `queue`).
-    fn pick(&self, queue: &[DevIo]) -> usize {
-        let _ = queue;
-        0
+    /// Where the head is, for devices served through an elevator: queued
+    /// I/Os then start in ascending order from here, wrapping around
+    /// (C-LOOK). `None`: first come, first served.
+    fn elevator_head(&self) -> Option<u64> {
+        None
     }
     /// Short description of the model and its parameters.
     fn describe(&self) -> String;
@@ -386,20 +387,8 @@ impl Device for Hdd {
         1
     }
 
-    fn pick(&self, queue: &[DevIo]) -> usize {
-        // C-LOOK: the nearest request at or after the head, else the lowest.
-        let head = self.head_track * self.p.track_bytes;
-        let mut best_up: Option<(u64, usize)> = None;
-        let mut lowest: Option<(u64, usize)> = None;
-        for (i, io) in queue.iter().enumerate() {
-            if io.offset >= head && best_up.is_none_or(|(o, _)| io.offset < o) {
-                best_up = Some((io.offset, i));
-            }
-            if lowest.is_none_or(|(o, _)| io.offset < o) {
-                lowest = Some((io.offset, i));
-            }
-        }
-        best_up.or(lowest).map(|(_, i)| i).unwrap_or(0)
+    fn elevator_head(&self) -> Option<u64> {
+        Some(self.head_track * self.p.track_bytes)
     }
 
     fn start(&mut self, now: f64, io: DevIo) -> f64 {
@@ -587,19 +576,9 @@ mod tests {
     }
 
     #[test]
-    fn elevator_serves_upwards_from_the_head() {
-        let d = Hdd::new(HddParams::default());
-        let q = [
-            DevIo {
-                offset: 5 << 20,
-                len: 4096,
-            },
-            DevIo {
-                offset: 1 << 20,
-                len: 4096,
-            },
-        ];
-        assert_eq!(d.pick(&q), 1);
+    fn disk_has_an_elevator_and_flash_does_not() {
+        assert_eq!(Hdd::new(HddParams::default()).elevator_head(), Some(0));
+        assert_eq!(Pipe::new(PipeParams::SSD).elevator_head(), None);
     }
 
     #[test]

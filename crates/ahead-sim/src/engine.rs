@@ -24,7 +24,7 @@ use ahead::ra::{
     Window,
 };
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 const NIL: u32 = u32::MAX;
 
@@ -194,7 +194,10 @@ struct Core {
     file_base: Vec<u64>,
     file_pages: Vec<u64>,
     device: Box<dyn Device>,
-    queue: Vec<(DevIo, u32)>,
+    /// Queued I/Os by (offset, id): C-LOOK walks it from the head; FIFO
+    /// devices take the smallest id from `fifo`.
+    queue: BTreeMap<(u64, u32), DevIo>,
+    fifo: VecDeque<u32>,
     busy: usize,
     ios: Vec<Io>,
     free_ios: Vec<u32>,
@@ -237,7 +240,8 @@ impl Engine {
                 file_base: base,
                 file_pages: file_pages.to_vec(),
                 device,
-                queue: Vec::new(),
+                queue: BTreeMap::new(),
+                fifo: VecDeque::new(),
                 busy: 0,
                 ios: Vec::new(),
                 free_ios: Vec::new(),
@@ -600,13 +604,14 @@ impl Core {
                 self.stats.readahead_pages += n;
             }
             let ps = self.cfg.page_size;
-            self.queue.push((
-                DevIo {
-                    offset: (base + at) * ps,
-                    len: n * ps,
-                },
-                id,
-            ));
+            let io = DevIo {
+                offset: (base + at) * ps,
+                len: n * ps,
+            };
+            self.queue.insert((io.offset, id), io);
+            if self.device.elevator_head().is_none() {
+                self.fifo.push_back(id);
+            }
             at += n;
         }
         self.start_ios();
@@ -614,13 +619,25 @@ impl Core {
 
     fn start_ios(&mut self) {
         while self.busy < self.device.concurrency() && !self.queue.is_empty() {
-            let ios: Vec<DevIo> = if self.queue.len() == 1 {
-                vec![self.queue[0].0]
-            } else {
-                self.queue.iter().map(|(io, _)| *io).collect()
+            let key = match self.device.elevator_head() {
+                Some(head) => self
+                    .queue
+                    .range((head, 0)..)
+                    .next()
+                    .or_else(|| self.queue.iter().next())
+                    .map(|(k, _)| *k),
+                None => loop {
+                    let id = self.fifo.pop_front().expect("queued I/O in FIFO");
+                    let io = &self.ios[id as usize];
+                    let offset = io.first * self.cfg.page_size;
+                    if self.queue.contains_key(&(offset, id)) {
+                        break Some((offset, id));
+                    }
+                },
             };
-            let pick = self.device.pick(&ios);
-            let (io, id) = self.queue.swap_remove(pick);
+            let Some(key) = key else { break };
+            let io = self.queue.remove(&key).expect("picked from the queue");
+            let id = key.1;
             let done = self.device.start(self.now, io);
             self.busy += 1;
             self.stats.device_bytes += io.len;
