@@ -130,6 +130,9 @@ struct Io {
     first: u64,
     count: u64,
     readahead: bool,
+    /// The request that caused this I/O: waiting on readahead issued by an
+    /// earlier request is a late prefetch; waiting on one's own is not.
+    request: u64,
     waiters: Vec<u32>,
 }
 
@@ -207,6 +210,8 @@ struct Core {
     phase: u16,
     phase_start: f64,
     stats: PhaseStats,
+    /// Requests issued so far (numbers the current one).
+    request_seq: u64,
 }
 
 /// The simulator engine.
@@ -251,6 +256,7 @@ impl Engine {
                 phase: 0,
                 phase_start: 0.0,
                 stats: PhaseStats::default(),
+                request_seq: 0,
                 cfg,
             },
             policies,
@@ -412,6 +418,7 @@ impl Engine {
         let first = off / ps;
         let count = (off + len - 1) / ps - first + 1;
         let base = c.file_base[file];
+        c.request_seq += 1;
         c.stats.bytes_requested += len;
         c.stats.pages_requested += count;
         for p in first..first + count {
@@ -440,7 +447,7 @@ impl Engine {
                     c.pages[g as usize].readahead_unused = false;
                     if page.io != last_io {
                         last_io = page.io;
-                        if c.ios[page.io as usize].readahead {
+                        if c.is_prefetch(page.io) {
                             late = true;
                         }
                         waiting += 1;
@@ -461,6 +468,12 @@ fn cpu_time(bytes: u64) -> f64 {
 }
 
 impl Core {
+    /// Whether I/O `io` is readahead issued by an earlier request.
+    fn is_prefetch(&self, io: u32) -> bool {
+        let io = &self.ios[io as usize];
+        io.readahead && io.request < self.request_seq
+    }
+
     fn schedule(&mut self, time: f64, ev: Ev) {
         self.seq += 1;
         self.events.push(Event {
@@ -575,6 +588,7 @@ impl Core {
                         first: base + at,
                         count: n,
                         readahead,
+                        request: self.request_seq,
                         waiters: Vec::new(),
                     };
                     id
@@ -584,6 +598,7 @@ impl Core {
                         first: base + at,
                         count: n,
                         readahead,
+                        request: self.request_seq,
                         waiters: Vec::new(),
                     });
                     (self.ios.len() - 1) as u32
@@ -697,7 +712,7 @@ impl PageTable for FileTable<'_> {
             State::Absent => Lookup::Absent,
             State::Reading => Lookup::Present {
                 marked: p.marked,
-                late: self.core.ios[p.io as usize].readahead,
+                late: self.core.is_prefetch(p.io),
             },
             State::Cached => Lookup::Present {
                 marked: p.marked,
