@@ -515,12 +515,7 @@ mod tests {
         for i in 0..200 {
             s.read(i, 1);
         }
-        let w: Vec<(u64, u64, u64)> = s
-            .windows
-            .iter()
-            .take(5)
-            .map(|w| (w.start, w.size, w.async_size))
-            .collect();
+        let w: Vec<(u64, u64, u64)> = s.first_windows(5);
         assert_eq!(
             w,
             vec![

@@ -196,11 +196,7 @@ mod tests {
         for i in 0..200 {
             sim.read(i, 1);
         }
-        let windows: Vec<(u64, u64, u64)> = sim
-            .windows
-            .iter()
-            .map(|w| (w.start, w.size, w.async_size))
-            .collect();
+        let windows = sim.first_windows(usize::MAX);
         assert_eq!(
             &windows[..6],
             &[
@@ -225,12 +221,7 @@ mod tests {
         for r in 0..100 {
             sim.read(r * 16, 16);
         }
-        let sizes: Vec<(u64, u64, u64)> = sim
-            .windows
-            .iter()
-            .take(5)
-            .map(|w| (w.start, w.size, w.async_size))
-            .collect();
+        let sizes: Vec<(u64, u64, u64)> = sim.first_windows(5);
         // init: 16 pages rounded 16 <= 256/4 -> 32, async 16; then 64 (32 <
         // 256/16? no, <= 128: x2), 128, 256, 256.
         assert_eq!(

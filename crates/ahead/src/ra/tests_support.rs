@@ -212,6 +212,15 @@ impl Sim {
         self.pages_read = self.cache.pages_read;
     }
 
+    /// The first `n` windows as (start, size, async_size).
+    pub fn first_windows(&self, n: usize) -> Vec<(u64, u64, u64)> {
+        self.windows
+            .iter()
+            .take(n)
+            .map(|w| (w.start, w.size, w.async_size))
+            .collect()
+    }
+
     pub fn prefill(&mut self, range: Range<u64>) {
         for p in range {
             self.cache.present[p as usize] = true;
