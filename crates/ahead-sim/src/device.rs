@@ -407,9 +407,12 @@ impl Device for Hdd {
             last = track;
             pos = piece_end;
         }
-        // The drive's own read-ahead: keep reading past the request.
+        // The drive's own read-ahead: keep reading past the request, if the
+        // head is where the request ended (not when the buffer served it).
         if let Some(s) = &mut self.stream {
-            s.stop = s.stop.max(last + self.p.prefetch_tracks);
+            if s.track == last {
+                s.stop = s.stop.max(last + self.p.prefetch_tracks);
+            }
         }
         t
     }
@@ -559,6 +562,30 @@ mod tests {
             back > 3.0 * random,
             "backward {back} MB/s vs random {random} MB/s"
         );
+    }
+
+    /// Regression: a request served from the buffer used to extend the
+    /// drive's read-ahead from wherever the head was to that request's
+    /// track, so the next access "streamed" across hundreds of tracks.
+    #[test]
+    fn buffer_hit_does_not_extend_read_ahead_across_the_disk() {
+        let mut d = Hdd::new(HddParams::default());
+        let mut now = 0.0;
+        let mut worst: f64 = 0.0;
+        for i in 0..2000u64 {
+            let off = (i % 8) * (128 << 20) + (i / 8) * 65536;
+            let start = now;
+            now = d.start(
+                now,
+                DevIo {
+                    offset: off,
+                    len: 65536,
+                },
+            );
+            worst = worst.max(now - start);
+        }
+        // A seek plus one revolution at most.
+        assert!(worst < 0.025, "worst access {:.1} ms", worst * 1e3);
     }
 
     #[test]
