@@ -328,30 +328,23 @@ impl Engine {
                         readers[r].last_issue = c.now;
                         readers[r].in_flight += 1;
                         let file = readers[r].spec.file;
+                        let id = free_requests.pop().unwrap_or_else(|| {
+                            requests.push(PendingRequest {
+                                reader: r,
+                                waiting: 0,
+                                bytes: 0,
+                            });
+                            (requests.len() - 1) as u32
+                        });
                         let (waiting, bytes) =
-                            Self::issue(c, &mut *self.policies[file], file, off, len);
-                        let id = match free_requests.pop() {
-                            Some(id) => {
-                                requests[id as usize] = PendingRequest {
-                                    reader: r,
-                                    waiting,
-                                    bytes,
-                                };
-                                id
-                            }
-                            None => {
-                                requests.push(PendingRequest {
-                                    reader: r,
-                                    waiting,
-                                    bytes,
-                                });
-                                (requests.len() - 1) as u32
-                            }
+                            Self::issue(c, &mut *self.policies[file], file, off, len, id);
+                        requests[id as usize] = PendingRequest {
+                            reader: r,
+                            waiting,
+                            bytes,
                         };
                         if waiting == 0 {
                             c.schedule(c.now + cpu_time(bytes), Ev::RequestDone(id));
-                        } else {
-                            c.register_waiter(off, len, file, id);
                         }
                         c.deliver_feedback(&mut self.policies);
                         if readers[r].spec.interval > 0.0 {
@@ -406,9 +399,17 @@ impl Engine {
         std::mem::take(&mut c.stats)
     }
 
-    /// Serves one request up to the point of waiting; returns how many I/Os
-    /// it waits for and its length in bytes (cut to the file).
-    fn issue(c: &mut Core, policy: &mut dyn Policy, file: usize, off: u64, len: u64) -> (u32, u64) {
+    /// Serves one request up to the point of waiting: request `id` is
+    /// registered with every I/O it waits for. Returns how many I/Os that is
+    /// and the request's length in bytes (cut to the file).
+    fn issue(
+        c: &mut Core,
+        policy: &mut dyn Policy,
+        file: usize,
+        off: u64,
+        len: u64,
+        id: u32,
+    ) -> (u32, u64) {
         let ps = c.cfg.page_size;
         let file_bytes = c.file_pages[file] * ps;
         if off >= file_bytes || len == 0 {
@@ -450,6 +451,7 @@ impl Engine {
                         if c.is_prefetch(page.io) {
                             late = true;
                         }
+                        c.ios[page.io as usize].waiters.push(id);
                         waiting += 1;
                     }
                 }
@@ -495,21 +497,6 @@ impl Core {
         e.0 += delivered;
         e.1 += dev_bytes;
         e.2 += dev_ios;
-    }
-
-    fn register_waiter(&mut self, off: u64, len: u64, file: usize, req: u32) {
-        let ps = self.cfg.page_size;
-        let base = self.file_base[file];
-        let first = off / ps;
-        let last = (off + len.min(self.file_pages[file] * ps - off) - 1) / ps;
-        let mut last_io = NIL;
-        for p in first..=last {
-            let page = self.pages[(base + p) as usize];
-            if page.state == State::Reading && page.io != last_io {
-                last_io = page.io;
-                self.ios[page.io as usize].waiters.push(req);
-            }
-        }
     }
 
     fn deliver_feedback(&mut self, policies: &mut [Box<dyn Policy>]) {

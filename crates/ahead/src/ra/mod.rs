@@ -442,8 +442,7 @@ pub fn next_window(current: u64, max: u64) -> u64 {
 }
 
 /// The first missing page at or below `index`, scanning at most `scan`
-/// pages (`page_cache_prev_miss`). `Gap::None` means the scan reached page 0
-/// with every page present.
+/// pages (`page_cache_prev_miss`); see [`PrevMiss`].
 pub(crate) fn prev_miss(view: &dyn CacheView, index: u64, scan: u64) -> PrevMiss {
     let mut at = index;
     for _ in 0..scan {
