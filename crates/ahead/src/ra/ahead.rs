@@ -526,7 +526,7 @@ mod tests {
                 (60, 32, 32)
             ]
         );
-        assert_eq!(s.demand_ios, 0);
+        assert_eq!(s.demand_ios(), 0);
     }
 
     #[test]
@@ -541,11 +541,11 @@ mod tests {
         // After ramp-up, every window is full size and no reader waits on a
         // demand read beyond the first two of each stream.
         assert!(
-            s.demand_ios <= 2 * bases.len() as u64,
+            s.demand_ios() <= 2 * bases.len() as u64,
             "demand I/Os: {}",
-            s.demand_ios
+            s.demand_ios()
         );
-        let full = s.windows.iter().filter(|w| w.size == 64).count();
+        let full = s.windows().iter().filter(|w| w.size == 64).count();
         assert!(full > 20, "full windows: {full}");
     }
 
@@ -558,12 +558,12 @@ mod tests {
             s.read(at, 4);
         }
         assert!(s
-            .windows
+            .windows()
             .iter()
             .any(|w| w.shape == Shape::Backward && w.size >= 64));
         // Only the first two requests missed.
-        assert!(s.demand_ios <= 2, "demand I/Os: {}", s.demand_ios);
-        for w in &s.windows {
+        assert!(s.demand_ios() <= 2, "demand I/Os: {}", s.demand_ios());
+        for w in s.windows() {
             assert!(w.marker_page().is_none_or(|m| w.contains(m)));
         }
     }
@@ -576,7 +576,7 @@ mod tests {
             s.read(10_000 + k * 4, 1);
         }
         let strided: Vec<&Window> = s
-            .windows
+            .windows()
             .iter()
             .filter(|w| matches!(w.shape, Shape::Strided { run: 1, period: 4 }))
             .collect();
@@ -587,7 +587,7 @@ mod tests {
                 assert!(!s.cache.present[p as usize], "gap page {p} was read");
             }
         }
-        assert!(s.demand_ios <= 3, "demand I/Os: {}", s.demand_ios);
+        assert!(s.demand_ios() <= 3, "demand I/Os: {}", s.demand_ios());
     }
 
     #[test]
@@ -601,7 +601,7 @@ mod tests {
             let idx = (rng >> 33) % 99_000 + 1;
             s.read(idx, 2);
         }
-        assert!(s.pages_read <= 2 * 2000, "read {} pages", s.pages_read);
+        assert!(s.pages_read() <= 2 * 2000, "read {} pages", s.pages_read());
     }
 
     #[test]
@@ -617,7 +617,7 @@ mod tests {
         let evicted = s.evict_unused(300..100_000);
         assert!(evicted > 0);
         s.read(300, 1);
-        let last = *s.windows.last().unwrap();
+        let last = *s.windows().last().unwrap();
         assert_eq!(last.start, 300, "lost pages are read again at once");
         // 184 pages survived (from 116, where the lost page's window was
         // issued, to 300): the cap is 3/4 of that, 138. Two whole windows
@@ -628,7 +628,7 @@ mod tests {
         for i in 301..3000 {
             s.read(i, 1);
         }
-        let after: Vec<u64> = s.windows.iter().rev().take(5).map(|w| w.size).collect();
+        let after: Vec<u64> = s.windows().iter().rev().take(5).map(|w| w.size).collect();
         assert!(
             after.iter().all(|&n| n <= 184 * 3 / 4),
             "{last:?} then {after:?}"
@@ -639,13 +639,13 @@ mod tests {
     fn a_miss_always_reads_the_whole_request_in_one_io() {
         let mut s = sim(32);
         s.read(5000, 100);
-        assert_eq!(s.demand_ios + s.windows.len() as u64, 1);
+        assert_eq!(s.demand_ios() + s.windows().len() as u64, 1);
         assert!(
-            s.windows
+            s.windows()
                 .iter()
                 .chain(std::iter::empty())
                 .all(|w| w.size >= 100)
-                || s.demand_ios == 1
+                || s.demand_ios() == 1
         );
     }
 }

@@ -239,7 +239,7 @@ mod tests {
             sim.read(i, 1);
         }
         let w: Vec<(u64, u64)> = sim
-            .windows
+            .windows()
             .iter()
             .take(5)
             .map(|w| (w.start, w.size))
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(w[2], (12, 16));
         assert_eq!(w[3], (28, 32));
         assert_eq!(w[4], (60, 32));
-        assert_eq!(sim.demand_ios, 0);
+        assert_eq!(sim.demand_ios(), 0);
     }
 
     #[test]
@@ -259,7 +259,7 @@ mod tests {
         let mut sim = Sim::new(PolicyKind::Legacy, 32, 10_000);
         sim.read(500, 2);
         assert_eq!(
-            sim.windows.last().map(|w| (w.start, w.size)),
+            sim.windows().last().map(|w| (w.start, w.size)),
             Some((500, 2))
         );
     }
@@ -273,7 +273,7 @@ mod tests {
         }
         // Only the first windows were computed before the policy noticed the
         // file is cached and stopped issuing windows.
-        assert!(sim.windows.len() < 20, "{} windows", sim.windows.len());
+        assert!(sim.windows().len() < 20, "{} windows", sim.windows().len());
     }
 
     #[test]
@@ -287,6 +287,6 @@ mod tests {
         for i in 64..70 {
             sim.read(i, 1);
         }
-        assert!(sim.demand_ios > 0, "thrashed pages are read on demand");
+        assert!(sim.demand_ios() > 0, "thrashed pages are read on demand");
     }
 }

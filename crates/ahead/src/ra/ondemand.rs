@@ -209,9 +209,9 @@ mod tests {
             ]
         );
         // Triggered at the markers: pages 1, 4, 12, 28, 60.
-        assert_eq!(&sim.trigger_pages[..5], &[0, 1, 4, 12, 28]);
+        assert_eq!(&sim.trigger_pages()[..5], &[0, 1, 4, 12, 28]);
         // Only the first read missed.
-        assert_eq!(sim.demand_ios, 0);
+        assert_eq!(sim.demand_ios(), 0);
     }
 
     /// The seeds' setup: 64 KiB records, 1 MiB maximum (256 pages).

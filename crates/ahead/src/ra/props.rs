@@ -74,7 +74,7 @@ proptest! {
             for o in &ops {
                 if let Op::Read(i, n) = *o {
                     if i < FILE_PAGES as u64 {
-                        prop_assert!(sim.pages_read > 0 || n == 0);
+                        prop_assert!(sim.pages_read() > 0 || n == 0);
                     }
                 }
             }
@@ -118,7 +118,7 @@ proptest! {
             let wanted: u64 = list.iter().map(|&(_, n)| fit(n)).sum();
             let ops: Vec<Op> = list.iter().map(|&(i, n)| Op::Read(i, fit(n))).collect();
             let sim = run(kind, max, &ops);
-            prop_assert_eq!(sim.pages_read, wanted, "{} read beyond the requests", kind);
+            prop_assert_eq!(sim.pages_read(), wanted, "{} read beyond the requests", kind);
         }
     }
 }

@@ -168,10 +168,6 @@ pub fn check_window(w: &Window, req: Request, trigger: Trigger, max: u64) {
 pub struct Sim {
     policy: Recording,
     pub cache: Table,
-    pub windows: Vec<Window>,
-    pub trigger_pages: Vec<u64>,
-    pub demand_ios: u64,
-    pub pages_read: u64,
 }
 
 impl Sim {
@@ -190,11 +186,27 @@ impl Sim {
                 demand_ios: 0,
                 pages_read: 0,
             },
-            windows: Vec::new(),
-            trigger_pages: Vec::new(),
-            demand_ios: 0,
-            pages_read: 0,
         }
+    }
+
+    /// Every window submitted so far.
+    pub fn windows(&self) -> &[Window] {
+        &self.cache.windows
+    }
+
+    /// The pages at which the policy was consulted.
+    pub fn trigger_pages(&self) -> &[u64] {
+        &self.policy.triggers
+    }
+
+    /// Demand reads so far.
+    pub fn demand_ios(&self) -> u64 {
+        self.cache.demand_ios
+    }
+
+    /// Pages read so far, by readahead or on demand.
+    pub fn pages_read(&self) -> u64 {
+        self.cache.pages_read
     }
 
     pub fn read(&mut self, index: u64, count: u64) {
@@ -206,15 +218,12 @@ impl Sim {
         for p in index..(index + count).min(self.cache.file_pages()) {
             self.cache.unused[p as usize] = false;
         }
-        self.windows = self.cache.windows.clone();
-        self.trigger_pages = self.policy.triggers.clone();
-        self.demand_ios = self.cache.demand_ios;
-        self.pages_read = self.cache.pages_read;
     }
 
     /// The first `n` windows as (start, size, async_size).
     pub fn first_windows(&self, n: usize) -> Vec<(u64, u64, u64)> {
-        self.windows
+        self.cache
+            .windows
             .iter()
             .take(n)
             .map(|w| (w.start, w.size, w.async_size))
