@@ -32,5 +32,11 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod error;
+pub mod io;
 pub mod ra;
+pub mod sys;
+pub mod testdata;
 pub mod units;
+
+pub use error::{Error, Result};

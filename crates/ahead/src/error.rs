@@ -1,0 +1,99 @@
+//! The library's one error type.
+//!
+//! Every error that comes from the operating system keeps its
+//! [`std::io::Error`] as the source and says which file, and where in it, the
+//! failed operation was; the command-line tool prints it as one line.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// What went wrong, with the file and offset it concerns.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call failed.
+    Io {
+        /// What was being done ("open", "read", ...).
+        op: &'static str,
+        /// The file concerned (empty when none).
+        path: PathBuf,
+        /// The byte offset concerned, when there is one.
+        offset: Option<u64>,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The file cannot be used the way it was asked to be used.
+    Unsupported {
+        /// The file concerned.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// An engine setting is out of range.
+    Config(String),
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An I/O error on `path` (at `offset`, if known) while doing `op`.
+    pub fn io(op: &'static str, path: &Path, offset: Option<u64>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.to_path_buf(),
+            offset,
+            source,
+        }
+    }
+
+    /// The operating system's error number, if there is one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io {
+                op,
+                path,
+                offset,
+                source,
+            } => {
+                write!(f, "{op} {}", path.display())?;
+                if let Some(offset) = offset {
+                    write!(f, " at offset {offset}")?;
+                }
+                write!(f, ": {source}")
+            }
+            Error::Unsupported { path, why } => write!(f, "{}: {why}", path.display()),
+            Error::Config(why) => write!(f, "invalid engine setting: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::Io { source, .. } => source.kind(),
+            Error::Unsupported { .. } => io::ErrorKind::Unsupported,
+            Error::Config(_) => io::ErrorKind::InvalidInput,
+        };
+        io::Error::new(kind, e)
+    }
+}

@@ -1,0 +1,144 @@
+//! Memory that O_DIRECT reads can fill: an owned aligned buffer, and the
+//! arena of page frames that the cache is made of.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// A heap buffer whose start and length are multiples of its alignment, as
+/// O_DIRECT requires.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared references only allow reads of the bytes, like &Vec<u8>.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes (rounded up to `align`) aligned to
+    /// `align`, a power of two.
+    ///
+    /// # Panics
+    /// If `align` is not a power of two, or the size overflows.
+    pub fn new(len: usize, align: usize) -> AlignedBuf {
+        let size = len.max(1).next_multiple_of(align);
+        let layout = Layout::from_size_align(size, align).expect("valid buffer layout");
+        // SAFETY: `layout` has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, layout }
+    }
+
+    /// Capacity in bytes.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Always false: a buffer holds at least one alignment unit.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the allocation is `len()` initialised (zeroed) bytes owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
+    }
+
+    /// The bytes, for writing.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
+    }
+
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this very layout.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// A fixed set of page-sized, page-aligned frames in one allocation: the
+/// memory of the cache. The allocation is zeroed lazily by the kernel, so
+/// frames cost resident memory only once used.
+///
+/// The arena does not know who may touch which frame; the cache's page
+/// state machine does (a frame is written only by the one read that owns it
+/// while no reader can see it, and read only while it is pinned and up to
+/// date). Hence the raw accessors are `unsafe`.
+pub struct Arena {
+    base: NonNull<u8>,
+    layout: Layout,
+    frame_size: usize,
+    frames: usize,
+}
+
+// SAFETY: the arena is a plain allocation; who writes which frame when is
+// governed by the cache's state machine (see the type's docs).
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    /// An arena of `frames` frames of `frame_size` bytes (a power of two).
+    pub fn new(frames: usize, frame_size: usize) -> Arc<Arena> {
+        let size = frames.max(1) * frame_size;
+        let layout = Layout::from_size_align(size, frame_size).expect("valid arena layout");
+        // SAFETY: non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let base = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        Arc::new(Arena {
+            base,
+            layout,
+            frame_size,
+            frames,
+        })
+    }
+
+    /// Number of frames.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    /// Size of one frame in bytes.
+    pub fn frame_size(&self) -> usize {
+        self.frame_size
+    }
+
+    /// Pointer to the start of frame `frame`.
+    ///
+    /// # Panics
+    /// If `frame` is out of range.
+    pub fn frame_ptr(&self, frame: u32) -> *mut u8 {
+        assert!((frame as usize) < self.frames, "frame {frame} out of range");
+        // SAFETY: frame < frames, so the offset stays inside the allocation.
+        unsafe { self.base.as_ptr().add(frame as usize * self.frame_size) }
+    }
+
+    /// The first `len` bytes of frame `frame`.
+    ///
+    /// # Safety
+    /// No one may write the frame while the returned slice lives (the cache
+    /// guarantees this by pinning an up-to-date page).
+    pub unsafe fn frame(&self, frame: u32, len: usize) -> &[u8] {
+        let len = len.min(self.frame_size);
+        // SAFETY: inside the allocation (frame_ptr checks the range); the
+        // caller guarantees no concurrent writer.
+        unsafe { std::slice::from_raw_parts(self.frame_ptr(frame), len) }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { alloc::dealloc(self.base.as_ptr(), self.layout) }
+    }
+}

@@ -1,0 +1,212 @@
+//! One conformance suite for every way of reading: the blocking path, the
+//! thread pool and io_uring must agree on full reads, reads that reach the
+//! end of the file, reads past it, errors, and many reads in flight.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use super::*;
+use crate::testdata;
+
+/// How one read is carried out, for each way under test.
+type Reader = dyn Fn(ReadOp) -> (ReadOp, io::Result<usize>);
+
+fn via_backend(b: Arc<dyn Backend>) -> Box<Reader> {
+    Box::new(move |op| {
+        let (tx, rx) = mpsc::channel();
+        b.submit(
+            op,
+            Box::new(move |op, r| {
+                tx.send((op, r)).unwrap();
+            }),
+        );
+        rx.recv().unwrap()
+    })
+}
+
+fn blocking() -> Box<Reader> {
+    Box::new(|mut op| {
+        let r = read_blocking(&mut op);
+        (op, r)
+    })
+}
+
+/// A way of reading: its name, how it reads one op, and its backend (none
+/// for the blocking path).
+type Way = (&'static str, Box<Reader>, Option<Arc<dyn Backend>>);
+
+/// Every way, named; io_uring is skipped, loudly, where the kernel lacks it.
+fn ways() -> Vec<Way> {
+    let mut v: Vec<Way> = vec![("blocking", blocking(), None)];
+    let pool: Arc<dyn Backend> = Arc::new(pool::Pool::new(4));
+    v.push(("pool", via_backend(pool.clone()), Some(pool)));
+    match uring::Uring::new(4) {
+        Ok(u) => {
+            let u: Arc<dyn Backend> = Arc::new(u);
+            v.push(("uring", via_backend(u.clone()), Some(u)));
+        }
+        Err(e) => eprintln!("SKIP io_uring conformance: io_uring unavailable here: {e}"),
+    }
+    v
+}
+
+fn file(dir: &Path, name: &str, size: u64) -> Arc<OwnedFd> {
+    let p = dir.join(name);
+    testdata::write_file(&p, size).unwrap();
+    Arc::new(crate::sys::open_read(&p, true).unwrap())
+}
+
+fn owned(fd: &Arc<OwnedFd>, offset: u64, len: usize) -> ReadOp {
+    ReadOp {
+        fd: fd.clone(),
+        offset,
+        len,
+        buf: IoBuf::Owned(AlignedBuf::new(len, 4096)),
+    }
+}
+
+fn bytes(op: &ReadOp, n: usize) -> Vec<u8> {
+    match &op.buf {
+        IoBuf::Owned(b) => b.as_slice()[..n].to_vec(),
+        IoBuf::Frames { arena, frames } => {
+            let mut v = Vec::new();
+            for &f in frames {
+                // SAFETY: the read is complete and nothing else uses the arena.
+                v.extend_from_slice(unsafe { arena.frame(f, arena.frame_size()) });
+            }
+            v.truncate(n);
+            v
+        }
+    }
+}
+
+#[test]
+fn full_reads_return_every_byte() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let fd = file(dir.path(), "f", 1 << 20);
+    for (name, read, _) in ways() {
+        for (offset, len) in [(0u64, 4096usize), (4096, 65536), (1 << 19, 1 << 19)] {
+            let (op, r) = read(owned(&fd, offset, len));
+            let n = r.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(n, len, "{name}");
+            assert_eq!(
+                testdata::first_mismatch(&bytes(&op, n), offset),
+                None,
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn reads_into_frames_fill_them_in_order() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let fd = file(dir.path(), "f", 1 << 20);
+    for (name, read, _) in ways() {
+        let arena = Arena::new(8, 4096);
+        let op = ReadOp {
+            fd: fd.clone(),
+            offset: 8192,
+            len: 5 * 4096,
+            buf: IoBuf::Frames {
+                arena: arena.clone(),
+                frames: vec![6, 1, 3, 0, 7],
+            },
+        };
+        let (op, r) = read(op);
+        assert_eq!(r.unwrap(), 5 * 4096, "{name}");
+        assert_eq!(
+            testdata::first_mismatch(&bytes(&op, 5 * 4096), 8192),
+            None,
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn a_read_reaching_the_end_is_short_and_exact() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    for size in [1u64, 4095, 4097, 10_000, 65_536 + 513] {
+        let fd = file(dir.path(), &format!("f{size}"), size);
+        for (name, read, _) in ways() {
+            let (op, r) = read(owned(&fd, 0, 128 << 10));
+            let n = r.unwrap_or_else(|e| panic!("{name} size {size}: {e}"));
+            assert_eq!(n as u64, size, "{name}");
+            assert_eq!(testdata::first_mismatch(&bytes(&op, n), 0), None, "{name}");
+            // From the last whole page: the tail only.
+            let last = size / 4096 * 4096;
+            let (op, r) = read(owned(&fd, last, 8192));
+            let n = r.unwrap();
+            assert_eq!(n as u64, size - last, "{name} size {size}");
+            assert_eq!(
+                testdata::first_mismatch(&bytes(&op, n), last),
+                None,
+                "{name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_read_past_the_end_returns_zero() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let fd = file(dir.path(), "f", 8192);
+    for (name, read, _) in ways() {
+        let (_, r) = read(owned(&fd, 1 << 20, 4096));
+        assert_eq!(r.unwrap(), 0, "{name}");
+    }
+}
+
+#[test]
+fn errors_come_back_unchanged() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let p = dir.path().join("w");
+    std::fs::write(&p, [1u8; 4096]).unwrap();
+    // Opened for writing only: reads fail with EBADF.
+    let fd: Arc<OwnedFd> = Arc::new(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .into(),
+    );
+    for (name, read, _) in ways() {
+        let (_, r) = read(owned(&fd, 0, 4096));
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EBADF), "{name}");
+    }
+    // An unaligned offset under O_DIRECT: EINVAL, from every way alike.
+    let fd = file(dir.path(), "f", 65536);
+    for (name, read, _) in ways() {
+        let (_, r) = read(owned(&fd, 100, 4096));
+        assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EINVAL), "{name}");
+    }
+}
+
+#[test]
+fn more_reads_than_depth_all_complete() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let fd = file(dir.path(), "f", 4 << 20);
+    for (name, _, backend) in ways() {
+        let Some(backend) = backend else { continue };
+        let (tx, rx) = mpsc::channel();
+        let count = 200u64;
+        for i in 0..count {
+            let tx = tx.clone();
+            let offset = (i * 7919 % 1024) * 4096;
+            backend.submit(
+                owned(&fd, offset, 4096),
+                Box::new(move |op, r| tx.send((offset, bytes(&op, 4096), r)).unwrap()),
+            );
+        }
+        drop(tx);
+        let mut seen = 0;
+        for (offset, data, r) in rx {
+            assert_eq!(r.unwrap(), 4096, "{name}");
+            assert_eq!(testdata::first_mismatch(&data, offset), None, "{name}");
+            seen += 1;
+        }
+        assert_eq!(seen, count, "{name}");
+    }
+}

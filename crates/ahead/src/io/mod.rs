@@ -1,0 +1,192 @@
+//! I/O backends: where the cache's reads go.
+//!
+//! One trait, [`Backend`], with buffers passed by ownership: a [`ReadOp`]
+//! carries its memory into the backend, and the completion callback gets it
+//! back with the result, so no borrow crosses the asynchronous gap. Two real
+//! backends implement it:
+//!
+//! * [`uring::Uring`] — io_uring, one ring per backend, a completion thread,
+//!   vectored reads straight into the cache's frames, bounded queue depth;
+//! * [`pool::Pool`] — `preadv` on a bounded pool of threads, for kernels
+//!   without io_uring (or where it is disabled).
+//!
+//! Both have the same semantics, checked by one conformance suite: a read
+//! returns `Ok(n)` with `n == len` unless it reached the end of the file, in
+//! which case `n` is the number of bytes before the end; short reads that are
+//! not at the end are continued inside the backend, `EINTR`/`EAGAIN` are
+//! retried, and any other error is returned as it is.
+
+pub mod buf;
+pub mod pool;
+pub mod uring;
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+pub use buf::{AlignedBuf, Arena};
+
+/// The unit O_DIRECT transfers in: a read that stops at an offset that is
+/// not a multiple of it stopped at the end of the file.
+const SECTOR: usize = 512;
+
+/// The memory one read fills.
+pub enum IoBuf {
+    /// One aligned buffer.
+    Owned(AlignedBuf),
+    /// Frames of the cache's arena, filled in order.
+    Frames {
+        /// The arena the frames belong to (kept alive by the read).
+        arena: Arc<Arena>,
+        /// The frames, one page each.
+        frames: Vec<u32>,
+    },
+}
+
+impl IoBuf {
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        match self {
+            IoBuf::Owned(b) => b.len(),
+            IoBuf::Frames { arena, frames } => arena.frame_size() * frames.len(),
+        }
+    }
+
+    /// The iovecs covering bytes `[skip, skip + len)` of the buffer.
+    fn iovecs(&mut self, skip: usize, len: usize) -> Vec<libc::iovec> {
+        let end = (skip + len).min(self.capacity());
+        match self {
+            IoBuf::Owned(b) => vec![libc::iovec {
+                // SAFETY: skip < capacity (end > skip when called), inside the buffer.
+                iov_base: unsafe { b.as_mut_ptr().add(skip) }.cast(),
+                iov_len: end - skip,
+            }],
+            IoBuf::Frames { arena, frames } => {
+                let fs = arena.frame_size();
+                let mut v = Vec::with_capacity(frames.len());
+                let mut at = skip;
+                while at < end {
+                    let frame = frames[at / fs];
+                    let within = at % fs;
+                    let n = (fs - within).min(end - at);
+                    v.push(libc::iovec {
+                        // SAFETY: within < frame size, inside the frame.
+                        iov_base: unsafe { arena.frame_ptr(frame).add(within) }.cast(),
+                        iov_len: n,
+                    });
+                    at += n;
+                }
+                v
+            }
+        }
+    }
+}
+
+/// One read: `len` bytes of `fd` at `offset` into `buf`.
+pub struct ReadOp {
+    /// The file, kept open until the read completes.
+    pub fd: Arc<OwnedFd>,
+    /// Byte offset in the file (aligned for O_DIRECT files).
+    pub offset: u64,
+    /// Bytes to read; at most `buf.capacity()`.
+    pub len: usize,
+    /// Where the bytes go.
+    pub buf: IoBuf,
+}
+
+/// Called once with the operation and its result when a read completes:
+/// `Ok(n)` bytes read, fewer than asked only at the end of the file.
+pub type Completion = Box<dyn FnOnce(ReadOp, io::Result<usize>) + Send>;
+
+/// An I/O backend.
+pub trait Backend: Send + Sync {
+    /// Its name, for reports.
+    fn name(&self) -> &'static str;
+    /// How many reads it keeps in flight at most.
+    fn depth(&self) -> usize;
+    /// Starts `op`. `done` runs on a backend thread when it completes. Blocks
+    /// while `depth()` reads are already in flight.
+    fn submit(&self, op: ReadOp, done: Completion);
+}
+
+/// What to do after a read call returned `n` bytes, `done` bytes into an
+/// operation of `len`: `None` when finished (complete, or stopped at the end
+/// of the file), else the new `done` to continue from.
+fn continue_after(done: usize, n: usize, len: usize) -> Option<usize> {
+    let total = done + n;
+    if n == 0 || total >= len || total % SECTOR != 0 {
+        None
+    } else {
+        Some(total)
+    }
+}
+
+/// Reads `op` in the calling thread with preadv(2), with the backends'
+/// semantics. Demand reads use this: the reader waits anyway, and doing the
+/// read itself spares a hand-off to another thread.
+pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
+    let mut done = 0;
+    loop {
+        let iov = op.buf.iovecs(done, op.len - done);
+        // SAFETY: the iovecs point into `op.buf`, which `op` owns and which
+        // nobody else touches while the read runs (`&mut op`).
+        let n = unsafe {
+            libc::preadv(
+                op.fd.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                (op.offset + done as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EAGAIN) => continue,
+                _ => return Err(err),
+            }
+        }
+        match continue_after(done, n as usize, op.len) {
+            None => return Ok(done + n as usize),
+            Some(d) => done = d,
+        }
+    }
+}
+
+/// Which backend to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// io_uring if the kernel has it, else the thread pool.
+    #[default]
+    Auto,
+    /// io_uring (an error if the kernel lacks it).
+    Uring,
+    /// The thread pool.
+    Pool,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(BackendKind::Auto),
+            "uring" | "io_uring" => Ok(BackendKind::Uring),
+            "pool" => Ok(BackendKind::Pool),
+            _ => Err(format!("unknown backend '{s}' (auto, uring, pool)")),
+        }
+    }
+}
+
+/// Builds a backend of `kind` with `depth` reads in flight at most.
+pub fn new_backend(kind: BackendKind, depth: usize) -> io::Result<Arc<dyn Backend>> {
+    match kind {
+        BackendKind::Pool => Ok(Arc::new(pool::Pool::new(depth))),
+        BackendKind::Uring => Ok(Arc::new(uring::Uring::new(depth)?)),
+        BackendKind::Auto => match uring::Uring::new(depth) {
+            Ok(u) => Ok(Arc::new(u)),
+            Err(_) => Ok(Arc::new(pool::Pool::new(depth))),
+        },
+    }
+}
+
+#[cfg(test)]
+mod conformance;
