@@ -32,7 +32,9 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod cache;
 mod error;
+mod file;
 pub mod io;
 pub mod ra;
 pub mod sys;
@@ -40,3 +42,4 @@ pub mod testdata;
 pub mod units;
 
 pub use error::{Error, Result};
+pub use file::{Advice, Engine, EngineConfig, File, Pages, ReadAt, Reader};

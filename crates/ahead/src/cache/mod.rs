@@ -1,0 +1,743 @@
+//! ahead's own page cache, for files read with O_DIRECT.
+//!
+//! Pages are keyed by (file, page index) and live in the frames of one
+//! [`Arena`] whose size is the byte budget: cached and in-flight data
+//! together can never exceed it, because a read must own a frame for every
+//! page it fills before it is issued.
+//!
+//! Each page follows one state machine:
+//!
+//! ```text
+//!   absent ──plan──► reading ──read ok──► up to date ──evict──► shadow
+//!     ▲  (one read per page;  │            (may carry the          │
+//!     │   readers wait)       │ error       lookahead marker)      │
+//!     └──────── failed ◄──────┘                                    │
+//!     └────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! * One in-flight read per page however many readers want it: a reader
+//!   that finds a page *reading* waits for it instead of reading it again.
+//! * A frame holding an up-to-date page is pinned (an atomic count) while a
+//!   reader copies from it or lends it; eviction skips pinned frames, and a
+//!   frame is only written while its page is *reading*, when nobody can pin
+//!   it. That is the whole soundness argument for reading frames without the
+//!   lock.
+//! * Eviction leaves a *shadow* saying whether the page had been read ahead
+//!   and never used, which is how thrashing becomes visible to the readahead
+//!   policy (`ra::Feedback::EvictedUnused`, `ra::Shadow`). Shadows are
+//!   bounded: at most as many as there are frames.
+//! * Speculative reads yield to demand reads: readahead may only take a frame
+//!   while more than a reserve of frames is left for demand reads, and it
+//!   never waits for one; a demand read that finds no frame leaves its pages
+//!   absent and tries again once a read completes or a pin drops.
+
+pub mod eviction;
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::task::Waker;
+
+use crate::io::Arena;
+use crate::ra::{self, Feedback, Lookup, Shadow, Window};
+pub use eviction::{Eviction, EvictionKind};
+
+/// Set in a frame's pin count when its file was closed while the frame was
+/// pinned: the last unpin frees the frame.
+const ORPHAN: u32 = 1 << 31;
+
+/// Identifies a file within one cache.
+pub type FileId = u32;
+
+/// Multiplicative hashing for page indexes: they are already well spread
+/// integers, and SipHash would be most of the cost of a cache hit.
+#[derive(Default)]
+pub struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (i ^ self.0)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+}
+
+type PageMap = HashMap<u64, Slot, BuildHasherDefault<IndexHasher>>;
+
+/// One page's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// A read into `frame` is in flight.
+    Reading {
+        frame: u32,
+        speculative: bool,
+        marker: bool,
+    },
+    /// `len` valid bytes in `frame` (less than a page only at the end of the
+    /// file).
+    Ready {
+        frame: u32,
+        len: u32,
+        marker: bool,
+        /// Read ahead and not yet used by any reader.
+        unused_ra: bool,
+    },
+    /// The read failed with this OS error; the next reader retries.
+    Failed { errno: i32 },
+    /// Evicted.
+    Shadow { evicted_unused: bool },
+}
+
+/// Counters, per file and per engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Read requests served.
+    pub requests: u64,
+    /// Bytes returned to readers.
+    pub bytes: u64,
+    /// Pages found up to date.
+    pub hits: u64,
+    /// Pages read on demand (the reader needed them and nothing had asked
+    /// for them yet).
+    pub misses: u64,
+    /// Pages a reader had to wait for although readahead had already asked
+    /// for them: late prefetches.
+    pub late: u64,
+    /// Device reads issued.
+    pub device_reads: u64,
+    /// Bytes asked of the device.
+    pub device_bytes: u64,
+    /// Pages read ahead.
+    pub readahead_pages: u64,
+    /// Pages read ahead that a reader then used.
+    pub readahead_used: u64,
+    /// Pages read ahead and evicted (or dropped with their file) unused.
+    pub readahead_wasted: u64,
+    /// Demand misses on pages that had been read ahead and evicted unused:
+    /// readahead thrashing.
+    pub evicted_before_use: u64,
+}
+
+impl Stats {
+    /// Mean bytes per device read.
+    pub fn avg_io_bytes(&self) -> u64 {
+        self.device_bytes
+            .checked_div(self.device_reads)
+            .unwrap_or(0)
+    }
+
+    /// The counters as (name, value) pairs, for reports and JSON.
+    pub fn fields(&self) -> [(&'static str, u64); 12] {
+        [
+            ("requests", self.requests),
+            ("bytes", self.bytes),
+            ("hits", self.hits),
+            ("misses", self.misses),
+            ("late", self.late),
+            ("device_reads", self.device_reads),
+            ("device_bytes", self.device_bytes),
+            ("avg_io_bytes", self.avg_io_bytes()),
+            ("readahead_pages", self.readahead_pages),
+            ("readahead_used", self.readahead_used),
+            ("readahead_wasted", self.readahead_wasted),
+            ("evicted_before_use", self.evicted_before_use),
+        ]
+    }
+
+    fn add(&mut self, f: impl Fn(&mut Stats)) {
+        f(self)
+    }
+}
+
+/// What the cache knows of one file.
+pub(crate) struct FilePages {
+    pages: PageMap,
+    /// Facts for the file's readahead policy, handed over at its next call.
+    pub(crate) feedback: Vec<Feedback>,
+    /// Size of the file in bytes as far as the cache knows (shrinks when a
+    /// read finds the end earlier).
+    pub(crate) size: u64,
+    /// Frames of this file with a read in flight.
+    reading: usize,
+    closed: bool,
+    pub(crate) stats: Stats,
+}
+
+/// A run of pages planned for one device read: frames for pages
+/// `first..first + frames.len()`.
+pub(crate) struct Plan {
+    pub(crate) file: FileId,
+    pub(crate) first: u64,
+    pub(crate) frames: Vec<u32>,
+    pub(crate) speculative: bool,
+}
+
+/// The state under the cache's lock.
+pub(crate) struct Inner {
+    files: HashMap<FileId, FilePages>,
+    owner: Vec<Option<(FileId, u64)>>,
+    free: Vec<u32>,
+    eviction: Box<dyn Eviction>,
+    shadows: VecDeque<(FileId, u64)>,
+    /// Frames with a read in flight, all files.
+    reading: usize,
+    wakers: Vec<Waker>,
+    pub(crate) totals: Stats,
+}
+
+/// The page cache. See the module docs.
+pub struct PageCache {
+    page: usize,
+    arena: std::sync::Arc<Arena>,
+    pins: Box<[AtomicU32]>,
+    /// Frames kept from readahead for demand reads.
+    reserve: usize,
+    inner: Mutex<Inner>,
+    /// Signalled when reads complete and when pins drop.
+    changed: Condvar,
+}
+
+impl PageCache {
+    /// A cache of `frames` pages of `page` bytes, keeping `reserve` frames
+    /// from readahead for demand reads.
+    pub fn new(frames: usize, page: usize, reserve: usize, eviction: EvictionKind) -> PageCache {
+        PageCache {
+            page,
+            arena: Arena::new(frames, page),
+            pins: (0..frames).map(|_| AtomicU32::new(0)).collect(),
+            reserve,
+            inner: Mutex::new(Inner {
+                files: HashMap::new(),
+                owner: vec![None; frames],
+                free: (0..frames as u32).rev().collect(),
+                eviction: eviction::new_eviction(eviction, frames),
+                shadows: VecDeque::new(),
+                reading: 0,
+                wakers: Vec::new(),
+                totals: Stats::default(),
+            }),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+
+    /// Number of frames (the budget in pages).
+    pub fn frames(&self) -> usize {
+        self.arena.frames()
+    }
+
+    pub(crate) fn arena(&self) -> &std::sync::Arc<Arena> {
+        &self.arena
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Waits (releasing the lock) until a read completes or a pin drops, or
+    /// `timeout` passes.
+    pub(crate) fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, Inner>,
+        timeout: std::time::Duration,
+    ) -> MutexGuard<'a, Inner> {
+        self.changed.wait_timeout(guard, timeout).unwrap().0
+    }
+
+    /// Registers a file of `size` bytes.
+    pub(crate) fn open_file(&self, id: FileId, size: u64) {
+        self.lock().files.insert(
+            id,
+            FilePages {
+                pages: PageMap::default(),
+                feedback: Vec::new(),
+                size,
+                reading: 0,
+                closed: false,
+                stats: Stats::default(),
+            },
+        );
+    }
+
+    /// Drops a file's pages (its in-flight reads free theirs on completion).
+    pub(crate) fn close_file(&self, id: FileId) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let Some(fp) = inner.files.get_mut(&id) else {
+            return;
+        };
+        fp.closed = true;
+        let mut wasted = 0;
+        let mut freed = Vec::new();
+        fp.pages.retain(|_, slot| match *slot {
+            Slot::Ready {
+                frame, unused_ra, ..
+            } => {
+                wasted += unused_ra as u64;
+                freed.push(frame);
+                false
+            }
+            Slot::Reading { .. } => true,
+            _ => false,
+        });
+        let done = fp.reading == 0;
+        inner.totals.readahead_wasted += wasted;
+        for f in freed {
+            inner.eviction.remove(f);
+            inner.owner[f as usize] = None;
+            // A frame still lent out is freed by its last unpin.
+            let pins = &self.pins[f as usize];
+            if pins.fetch_or(ORPHAN, Ordering::AcqRel) == 0 {
+                pins.store(0, Ordering::Release);
+                inner.free.push(f);
+            }
+        }
+        if done {
+            inner.files.remove(&id);
+        }
+    }
+
+    /// Pins `frame` (under the lock, so that eviction cannot race).
+    fn pin(&self, frame: u32) {
+        self.pins[frame as usize].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Drops pins taken by a reader.
+    pub(crate) fn unpin(&self, frames: &[u32]) {
+        for &f in frames {
+            if self.pins[f as usize].fetch_sub(1, Ordering::AcqRel) == ORPHAN | 1 {
+                // The last pin of a frame whose file was closed: free it.
+                self.pins[f as usize].store(0, Ordering::Release);
+                self.lock().free.push(f);
+            }
+        }
+    }
+
+    /// The bytes of a pinned, up-to-date frame.
+    pub(crate) fn frame_bytes(&self, frame: u32, len: usize) -> &[u8] {
+        // SAFETY: callers hold a pin on `frame`, taken under the lock while
+        // its page was up to date; a pinned frame is never evicted, and only
+        // a frame being read (never pinned) is written.
+        unsafe { self.arena.frame(frame, len) }
+    }
+
+    /// Completes a planned read: `result` is the byte count read from the
+    /// plan's first page on, or the error.
+    pub(crate) fn complete(&self, plan: &Plan, result: std::io::Result<usize>) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        inner.reading -= plan.frames.len();
+        let page = self.page as u64;
+        let fp = inner
+            .files
+            .get_mut(&plan.file)
+            .expect("file of a read in flight");
+        fp.reading -= plan.frames.len();
+        let mut release = Vec::new();
+        match result {
+            Ok(n) => {
+                let n = n as u64;
+                if n < plan.frames.len() as u64 * page {
+                    // The end of the file came early: it shrank (or the read
+                    // ran into the known end). Nothing past it is valid.
+                    let end = plan.first * page + n;
+                    if end < fp.size {
+                        fp.size = end;
+                    }
+                }
+                for (k, &frame) in plan.frames.iter().enumerate() {
+                    let index = plan.first + k as u64;
+                    let valid = n.saturating_sub(k as u64 * page).min(page);
+                    let slot = fp.pages.get_mut(&index);
+                    match slot {
+                        Some(s @ Slot::Reading { .. }) if !fp.closed && valid > 0 => {
+                            let Slot::Reading {
+                                speculative,
+                                marker,
+                                ..
+                            } = *s
+                            else {
+                                unreachable!()
+                            };
+                            *s = Slot::Ready {
+                                frame,
+                                len: valid as u32,
+                                marker,
+                                unused_ra: speculative,
+                            };
+                            inner.eviction.insert(frame);
+                        }
+                        _ => {
+                            if !fp.closed {
+                                fp.pages.remove(&index);
+                            }
+                            release.push(frame);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                for (k, &frame) in plan.frames.iter().enumerate() {
+                    if !fp.closed {
+                        fp.pages
+                            .insert(plan.first + k as u64, Slot::Failed { errno });
+                    }
+                    release.push(frame);
+                }
+            }
+        }
+        let remove_file = fp.closed && fp.reading == 0;
+        for f in release {
+            inner.owner[f as usize] = None;
+            inner.free.push(f);
+        }
+        if remove_file {
+            inner.files.remove(&plan.file);
+        }
+        let wakers = std::mem::take(&mut inner.wakers);
+        drop(g);
+        self.changed.notify_all();
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+/// Takes a free frame, or evicts one; `None` if every frame is busy.
+fn take_frame(inner: &mut Inner, pins: &[AtomicU32]) -> Option<u32> {
+    if let Some(f) = inner.free.pop() {
+        return Some(f);
+    }
+    let owner = &inner.owner;
+    let files = &inner.files;
+    let victim = inner.eviction.victim(&mut |f| {
+        pins[f as usize].load(Ordering::Acquire) == 0
+            && owner[f as usize].is_some_and(|(file, index)| {
+                matches!(
+                    files.get(&file).and_then(|fp| fp.pages.get(&index)),
+                    Some(Slot::Ready { .. })
+                )
+            })
+    })?;
+    let (file, index) = inner.owner[victim as usize]
+        .take()
+        .expect("victim has an owner");
+    inner.eviction.remove(victim);
+    let fp = inner.files.get_mut(&file).expect("owner file");
+    let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get(&index).copied() else {
+        unreachable!("victims are up to date")
+    };
+    fp.pages.insert(
+        index,
+        Slot::Shadow {
+            evicted_unused: unused_ra,
+        },
+    );
+    if unused_ra {
+        fp.stats.readahead_wasted += 1;
+        inner.totals.readahead_wasted += 1;
+        fp.feedback.push(Feedback::EvictedUnused { index });
+    }
+    inner.shadows.push_back((file, index));
+    // Bound the shadows to one per frame, oldest first.
+    while inner.shadows.len() > inner.owner.len() {
+        let (f, i) = inner.shadows.pop_front().unwrap();
+        if let Some(fp) = inner.files.get_mut(&f) {
+            if let Some(Slot::Shadow { .. }) = fp.pages.get(&i) {
+                fp.pages.remove(&i);
+            }
+        }
+    }
+    Some(victim)
+}
+
+/// The cache as one file's readahead sees it and fills it, during one call
+/// of [`ra::drive`]: planned reads are collected, to be issued once the lock
+/// is released.
+pub(crate) struct Planner<'a> {
+    pub(crate) cache: &'a PageCache,
+    pub(crate) inner: &'a mut Inner,
+    pub(crate) file: FileId,
+    pub(crate) file_pages: u64,
+    /// Most pages in one device read.
+    pub(crate) max_io_pages: usize,
+    pub(crate) plans: Vec<Plan>,
+}
+
+impl Planner<'_> {
+    fn fp(&self) -> &FilePages {
+        &self.inner.files[&self.file]
+    }
+
+    fn slot(&self, index: u64) -> Option<Slot> {
+        self.fp().pages.get(&index).copied()
+    }
+
+    /// Plans reads of the absent pages among `first..first + count`; stops
+    /// at the first page it cannot get a frame for. Returns whether it
+    /// planned every absent page.
+    fn plan(&mut self, first: u64, count: u64, speculative: bool, marker: Option<u64>) -> bool {
+        let mut planned = 0;
+        let mut complete = true;
+        let mut current: Option<Plan> = None;
+        for index in first..first + count {
+            let slot = self.slot(index);
+            let absent = matches!(
+                slot,
+                None | Some(Slot::Shadow { .. }) | Some(Slot::Failed { .. })
+            );
+            let full = current
+                .as_ref()
+                .is_some_and(|p| p.frames.len() >= self.max_io_pages);
+            if !absent || full {
+                if let Some(p) = current.take() {
+                    self.plans.push(p);
+                }
+                if !absent {
+                    continue;
+                }
+            }
+            if speculative && self.inner.reading + self.cache.reserve >= self.cache.frames() {
+                complete = false;
+                break;
+            }
+            let Some(frame) = take_frame(self.inner, &self.cache.pins) else {
+                complete = false;
+                break;
+            };
+            let file = self.file;
+            let fp = self.inner.files.get_mut(&file).unwrap();
+            if !speculative {
+                if let Some(Slot::Shadow {
+                    evicted_unused: true,
+                }) = slot
+                {
+                    fp.stats.evicted_before_use += 1;
+                    self.inner.totals.evicted_before_use += 1;
+                }
+            }
+            fp.pages.insert(
+                index,
+                Slot::Reading {
+                    frame,
+                    speculative,
+                    marker: marker == Some(index),
+                },
+            );
+            fp.reading += 1;
+            self.inner.reading += 1;
+            self.inner.owner[frame as usize] = Some((file, index));
+            current
+                .get_or_insert_with(|| Plan {
+                    file,
+                    first: index,
+                    frames: Vec::new(),
+                    speculative,
+                })
+                .frames
+                .push(frame);
+            planned += 1;
+        }
+        if let Some(p) = current {
+            self.plans.push(p);
+        }
+        let fp = self.inner.files.get_mut(&self.file).unwrap();
+        if speculative {
+            fp.stats.readahead_pages += planned;
+            self.inner.totals.readahead_pages += planned;
+        } else {
+            fp.stats.misses += planned;
+            self.inner.totals.misses += planned;
+        }
+        complete
+    }
+
+    /// Reads the pages of `window` that are absent, as readahead.
+    pub(crate) fn prefetch(&mut self, window: &Window) {
+        let marker = window.marker_page();
+        let mut runs = Vec::new();
+        window.for_each_run(|s, n| runs.push((s, n)));
+        for (s, n) in runs {
+            let n = n.min(self.file_pages.saturating_sub(s));
+            if !self.plan(s, n, true, marker) {
+                break;
+            }
+        }
+    }
+}
+
+impl ra::CacheView for Planner<'_> {
+    fn file_pages(&self) -> u64 {
+        self.file_pages
+    }
+    fn is_present(&self, index: u64) -> bool {
+        matches!(
+            self.slot(index),
+            Some(Slot::Reading { .. }) | Some(Slot::Ready { .. })
+        )
+    }
+    fn shadow(&self, index: u64) -> Option<Shadow> {
+        match self.slot(index) {
+            Some(Slot::Shadow { evicted_unused }) => Some(Shadow { evicted_unused }),
+            _ => None,
+        }
+    }
+}
+
+impl ra::PageTable for Planner<'_> {
+    fn lookup(&self, index: u64) -> Lookup {
+        match self.slot(index) {
+            Some(Slot::Reading {
+                speculative,
+                marker,
+                ..
+            }) => Lookup::Present {
+                marked: marker,
+                late: speculative,
+            },
+            Some(Slot::Ready { marker, .. }) => Lookup::Present {
+                marked: marker,
+                late: false,
+            },
+            _ => Lookup::Absent,
+        }
+    }
+
+    fn clear_marker(&mut self, index: u64) {
+        let file = self.file;
+        if let Some(Slot::Reading { marker, .. } | Slot::Ready { marker, .. }) = self
+            .inner
+            .files
+            .get_mut(&file)
+            .unwrap()
+            .pages
+            .get_mut(&index)
+        {
+            *marker = false;
+        }
+    }
+
+    fn submit_readahead(&mut self, window: &Window) {
+        self.prefetch(window);
+    }
+
+    fn submit_demand(&mut self, index: u64, count: u64) {
+        self.plan(index, count, false, None);
+    }
+}
+
+/// What [`collect`] found.
+pub(crate) enum Collected {
+    /// Pinned frames `(frame, valid bytes)` for pages `from..`, in order; the
+    /// bool says the end of the file was reached.
+    Pages(Vec<(u32, usize)>, bool),
+    /// The first page is being read: wait.
+    Wait,
+    /// The page at this index is absent: plan again from it.
+    Absent(u64),
+    /// The page's read failed with this errno.
+    Failed(u64, i32),
+}
+
+/// Pins the up-to-date pages of `pages` in order, stopping
+/// at the first page that is not up to date, or at the end of the file. Also
+/// counts hits, readahead use and late waits.
+pub(crate) fn collect(
+    cache: &PageCache,
+    inner: &mut Inner,
+    file: FileId,
+    pages: std::ops::Range<u64>,
+    max_pages: usize,
+    demand: &[(u64, u64)],
+    waited: &mut bool,
+) -> Collected {
+    let page = cache.page as u64;
+    let Inner {
+        files,
+        eviction,
+        totals,
+        ..
+    } = inner;
+    let fp = files.get_mut(&file).expect("open file");
+    let last_page = fp.size.div_ceil(page);
+    let (from, end) = (pages.start, pages.end.min(last_page));
+    let mut got = Vec::new();
+    let mut i = from;
+    while i < end && got.len() < max_pages {
+        match fp.pages.get_mut(&i) {
+            Some(Slot::Ready {
+                frame,
+                len,
+                unused_ra,
+                ..
+            }) => {
+                let was_demand = demand.iter().any(|&(s, n)| i >= s && i < s + n);
+                if *unused_ra {
+                    *unused_ra = false;
+                    fp.stats.readahead_used += 1;
+                    totals.readahead_used += 1;
+                    if *waited {
+                        fp.stats.late += 1;
+                        totals.late += 1;
+                    } else {
+                        fp.stats.hits += 1;
+                        totals.hits += 1;
+                    }
+                } else if !was_demand {
+                    fp.stats.hits += 1;
+                    totals.hits += 1;
+                }
+                *waited = false;
+                cache.pin(*frame);
+                eviction.touch(*frame);
+                let valid = (*len as u64).min(fp.size.saturating_sub(i * page)) as usize;
+                got.push((*frame, valid));
+                i += 1;
+                if valid < cache.page {
+                    return Collected::Pages(got, true);
+                }
+            }
+            Some(Slot::Reading { .. }) if got.is_empty() => return Collected::Wait,
+            Some(Slot::Failed { errno }) if got.is_empty() => {
+                let errno = *errno;
+                fp.pages.remove(&i);
+                return Collected::Failed(i, errno);
+            }
+            None | Some(Slot::Shadow { .. }) if got.is_empty() => return Collected::Absent(i),
+            _ => break,
+        }
+    }
+    let eof = i >= last_page;
+    Collected::Pages(got, eof)
+}
+
+impl Inner {
+    pub(crate) fn file(&mut self, id: FileId) -> &mut FilePages {
+        self.files.get_mut(&id).expect("open file")
+    }
+
+    pub(crate) fn add_waker(&mut self, w: &Waker) {
+        if !self.wakers.iter().any(|x| x.will_wake(w)) {
+            self.wakers.push(w.clone());
+        }
+    }
+
+    pub(crate) fn count(&mut self, file: FileId, f: impl Fn(&mut Stats)) {
+        self.totals.add(&f);
+        self.file(file).stats.add(&f);
+    }
+}

@@ -1,0 +1,359 @@
+//! The Direct-mode engine on real files: every pattern, every backend and
+//! policy, generated contents checked byte for byte.
+
+use std::io::{BufRead, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ahead::io::BackendKind;
+use ahead::ra::PolicyKind;
+use ahead::{testdata, Advice, Engine, EngineConfig, Error};
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(testdata::scratch_root()).unwrap()
+}
+
+fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    testdata::write_file(&p, size).unwrap();
+    p
+}
+
+/// A small engine: a 2 MiB cache with 256 KiB windows, so that eviction,
+/// shadows and the demand reserve are exercised by files of a few MiB.
+fn small(backend: BackendKind, policy: PolicyKind) -> Engine {
+    Engine::new(EngineConfig {
+        cache_bytes: 2 << 20,
+        max_readahead: 256 << 10,
+        max_io: 64 << 10,
+        backend,
+        policy,
+        depth: 16,
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
+fn engines() -> Vec<(String, Engine)> {
+    let mut v = Vec::new();
+    for backend in [BackendKind::Pool, BackendKind::Uring] {
+        if backend == BackendKind::Uring && ahead::io::uring::Uring::new(1).is_err() {
+            eprintln!("SKIP io_uring engine tests: io_uring unavailable");
+            continue;
+        }
+        for policy in PolicyKind::ALL {
+            v.push((
+                format!("{backend:?}/{}", policy.name()),
+                small(backend, policy),
+            ));
+        }
+    }
+    v
+}
+
+/// The (offset, len) requests of a pattern over `size` bytes.
+fn pattern(name: &str, size: u64, bs: u64) -> Vec<(u64, u64)> {
+    let blocks = size.div_ceil(bs);
+    match name {
+        "seq" => (0..blocks).map(|b| (b * bs, bs)).collect(),
+        "reverse" => (0..blocks).rev().map(|b| (b * bs, bs)).collect(),
+        "stride" => (0..blocks).step_by(4).map(|b| (b * bs, bs)).collect(),
+        "random" => {
+            let mut rng = fastrand::Rng::with_seed(7);
+            (0..blocks).map(|_| (rng.u64(0..blocks) * bs, bs)).collect()
+        }
+        "odd" => {
+            // Unaligned offsets and lengths, some crossing the end.
+            let mut rng = fastrand::Rng::with_seed(11);
+            (0..300)
+                .map(|_| (rng.u64(0..size + 5000), rng.u64(1..200_000)))
+                .collect()
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn check_read(name: &str, got: &[u8], n: usize, offset: u64, len: u64, size: u64) {
+    let want = len.min(size.saturating_sub(offset)) as usize;
+    assert_eq!(
+        n, want,
+        "{name}: length of read at {offset}+{len} (size {size})"
+    );
+    assert_eq!(
+        testdata::first_mismatch(&got[..n], offset),
+        None,
+        "{name}: wrong byte in read at {offset}+{len}"
+    );
+}
+
+#[test]
+fn every_pattern_returns_every_byte() {
+    let dir = scratch();
+    let size = (6 << 20) + 1234;
+    let path = gen(dir.path(), "f", size);
+    for (name, engine) in engines() {
+        let f = engine.open(&path).unwrap();
+        assert!(f.is_direct(), "{name}: scratch dir supports O_DIRECT");
+        for pat in ["seq", "reverse", "stride", "random", "odd"] {
+            for bs in [4096u64, 65536] {
+                for (offset, len) in pattern(pat, size, bs) {
+                    let mut buf = vec![0u8; len as usize];
+                    let n = f.read_at(&mut buf, offset).unwrap();
+                    check_read(&format!("{name} {pat} bs={bs}"), &buf, n, offset, len, size);
+                }
+            }
+        }
+        let s = engine.stats();
+        assert!(s.device_reads > 0 && s.hits > 0, "{name}: {s:?}");
+        // 24 MiB of pattern reads through a 2 MiB cache must evict.
+        assert!(
+            s.readahead_pages > 0 && s.readahead_used > 0,
+            "{name}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn odd_sizes_read_whole() {
+    let dir = scratch();
+    for size in [0u64, 1, 4095, 4096, 4097, 65_537, (1 << 20) + 3] {
+        let path = gen(dir.path(), &format!("s{size}"), size);
+        for (name, engine) in engines() {
+            let f = engine.open(&path).unwrap();
+            let mut all = Vec::new();
+            f.reader().read_to_end(&mut all).unwrap();
+            assert_eq!(all.len() as u64, size, "{name}");
+            assert_eq!(testdata::first_mismatch(&all, 0), None, "{name}");
+            let mut buf = [0u8; 10];
+            assert_eq!(f.read_at(&mut buf, size).unwrap(), 0, "{name}: at the end");
+            assert_eq!(
+                f.read_at(&mut buf, size + 100_000).unwrap(),
+                0,
+                "{name}: past the end"
+            );
+        }
+    }
+}
+
+#[test]
+fn eight_threads_on_one_file_get_their_bytes() {
+    let dir = scratch();
+    let size = 8 << 20;
+    let path = gen(dir.path(), "f", size);
+    for (name, engine) in engines() {
+        let f = engine.open(&path).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let f = f.clone();
+                let name = &name;
+                s.spawn(move || {
+                    // Thread t reads its own eighth, forward.
+                    let start = t * size / 8;
+                    let mut buf = vec![0u8; 4096];
+                    for off in (start..start + size / 8).step_by(4096) {
+                        let n = f.read_at(&mut buf, off).unwrap();
+                        check_read(name, &buf, n, off, 4096, size);
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn read_many_zero_copy_and_async_agree_with_read_at() {
+    let dir = scratch();
+    let size = 3 << 20;
+    let path = gen(dir.path(), "f", size);
+    for (name, engine) in engines() {
+        let f = engine.open(&path).unwrap();
+        let mut rng = fastrand::Rng::with_seed(3);
+        let offsets: Vec<u64> = (0..64).map(|_| rng.u64(0..size)).collect();
+        let mut bufs: Vec<Vec<u8>> = (0..64).map(|i| vec![0u8; 1000 + i * 1000]).collect();
+        let mut reqs: Vec<(u64, &mut [u8])> = offsets
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&o, b)| (o, b.as_mut_slice()))
+            .collect();
+        let results = f.read_many(&mut reqs);
+        for ((o, b), r) in reqs.iter().zip(results) {
+            check_read(&name, b, r.unwrap(), *o, b.len() as u64, size);
+        }
+        for &o in &offsets {
+            let pages = f.read_pages(o, 16384).unwrap();
+            let v = pages.to_vec();
+            check_read(&name, &v, pages.len(), o, 16384, size);
+            let mut buf = vec![0u8; 16384];
+            let n = block_on(f.read_at_async(&mut buf, o)).unwrap();
+            check_read(&name, &buf, n, o, 16384, size);
+        }
+    }
+}
+
+#[test]
+fn reader_reads_seeks_and_buffers() {
+    let dir = scratch();
+    let size = 1_000_003;
+    let path = gen(dir.path(), "f", size);
+    let engine = small(BackendKind::Auto, PolicyKind::Ahead);
+    let f = engine.open(&path).unwrap();
+    let mut r = f.reader();
+    let mut head = [0u8; 10];
+    r.read_exact(&mut head).unwrap();
+    assert_eq!(testdata::first_mismatch(&head, 0), None);
+    assert_eq!(r.seek(SeekFrom::End(-3)).unwrap(), size - 3);
+    let mut tail = Vec::new();
+    r.read_to_end(&mut tail).unwrap();
+    assert_eq!(tail.len(), 3);
+    assert_eq!(testdata::first_mismatch(&tail, size - 3), None);
+    r.seek(SeekFrom::Start(500_000)).unwrap();
+    let line = r.fill_buf().unwrap().to_vec();
+    assert!(!line.is_empty());
+    assert_eq!(testdata::first_mismatch(&line, 500_000), None);
+    assert!(r.seek(SeekFrom::Current(-1_000_000)).is_err());
+}
+
+#[test]
+fn hints_and_prefetch_keep_bytes_right_and_prefetch_reads_ahead() {
+    let dir = scratch();
+    let size = 4 << 20;
+    let path = gen(dir.path(), "f", size);
+    let engine = small(BackendKind::Auto, PolicyKind::Ahead);
+    let f = engine.open(&path).unwrap();
+    f.prefetch(&[(1 << 20, 128 << 10)]);
+    let mut buf = vec![0u8; 4096];
+    let n = f.read_at(&mut buf, (1 << 20) + 8192).unwrap();
+    check_read("prefetch", &buf, n, (1 << 20) + 8192, 4096, size);
+    let s = f.stats();
+    assert_eq!(s.readahead_pages, 32, "{s:?}");
+    assert_eq!(
+        s.misses, 0,
+        "the prefetched page needed no demand read: {s:?}"
+    );
+    f.advise(0, size, Advice::Random);
+    let before = f.stats().device_bytes;
+    let n = f.read_at(&mut buf, 3 << 20).unwrap();
+    check_read("random", &buf, n, 3 << 20, 4096, size);
+    assert_eq!(
+        f.stats().device_bytes - before,
+        4096,
+        "random advice reads exactly the request"
+    );
+    for adv in [Advice::Sequential, Advice::Reverse] {
+        f.advise(0, size, adv);
+        for off in [2 << 20, (2 << 20) - 4096] {
+            let n = f.read_at(&mut buf, off).unwrap();
+            check_read("hint", &buf, n, off, 4096, size);
+        }
+    }
+}
+
+#[test]
+fn a_file_that_shrinks_gives_short_reads_not_stale_bytes() {
+    let dir = scratch();
+    let size = 2 << 20;
+    let path = gen(dir.path(), "f", size);
+    for (name, engine) in engines() {
+        testdata::write_file(&path, size).unwrap();
+        let f = engine.open(&path).unwrap();
+        let mut buf = vec![0u8; 4096];
+        f.read_at(&mut buf, 0).unwrap();
+        let new_size = 100_000;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(new_size)
+            .unwrap();
+        let mut big = vec![0u8; 1 << 20];
+        let n = f.read_at(&mut big, 1 << 20).unwrap();
+        assert_eq!(n, 0, "{name}: nothing past the new end");
+        // Pages up to the new end read fine; the read stops there.
+        let mut tail = vec![0u8; 200_000];
+        let n = f.read_at(&mut tail, 90_000).unwrap();
+        assert_eq!(n as u64, new_size - 90_000, "{name}");
+        assert_eq!(testdata::first_mismatch(&tail[..n], 90_000), None, "{name}");
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let dir = scratch();
+    let engine = small(BackendKind::Auto, PolicyKind::Ahead);
+    let missing = dir.path().join("missing");
+    let e = engine.open(&missing).err().unwrap();
+    assert!(
+        e.to_string().contains("missing") && e.raw_os_error() == Some(libc_enoent()),
+        "{e}"
+    );
+    let e = engine.open(dir.path()).err().unwrap();
+    assert!(e.to_string().contains("is a directory"), "{e}");
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let e = engine.open(&fifo).err().unwrap();
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    let e = Engine::new(EngineConfig {
+        cache_bytes: 1 << 20,
+        max_readahead: 4 << 20,
+        ..EngineConfig::default()
+    })
+    .err()
+    .unwrap();
+    assert!(
+        matches!(e, Error::Config(_)) && e.to_string().contains("too small"),
+        "{e}"
+    );
+}
+
+#[test]
+fn tmpfs_falls_back_to_buffered_or_refuses_when_direct_is_required() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() || testdata::supports_direct(shm) {
+        eprintln!("SKIP: no tmpfs without O_DIRECT at /dev/shm here");
+        return;
+    }
+    let dir = tempfile::tempdir_in(shm).unwrap();
+    let path = gen(dir.path(), "f", 100_000);
+    let engine = small(BackendKind::Auto, PolicyKind::Ahead);
+    let f = engine.open(&path).unwrap();
+    assert!(!f.is_direct());
+    let mut buf = vec![0u8; 100_000];
+    let n = f.read_at(&mut buf, 0).unwrap();
+    check_read("tmpfs", &buf, n, 0, 100_000, 100_000);
+    let strict = Engine::new(EngineConfig {
+        require_direct: true,
+        cache_bytes: 2 << 20,
+        max_readahead: 256 << 10,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let e = strict.open(&path).err().unwrap();
+    assert!(e.to_string().contains("O_DIRECT"), "{e}");
+}
+
+fn libc_enoent() -> i32 {
+    2
+}
+
+/// A minimal executor: polls on this thread, parks until woken.
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
