@@ -1,6 +1,8 @@
 //! # ahead-bench — reports for benchmarks and simulations
 //!
-//! Plain-text tables and SVG plots, shared by `ahead sim` and `ahead bench`.
+//! Read workloads on real files through the kernel's paths and ahead's
+//! ([`workload`]), and plain-text tables and SVG plots ([`report`]), shared
+//! by `ahead read`, `ahead bench` and `ahead sim`.
 //! No plotting dependency: the plots are a few dozen SVG elements, written
 //! directly.
 //!
@@ -13,3 +15,4 @@
 #![deny(missing_docs)]
 
 pub mod report;
+pub mod workload;

@@ -1,6 +1,9 @@
 //! `ahead` — the command-line tool. Thin: parsing and output; the work is in
 //! the libraries.
 
+mod bench;
+mod cat;
+mod read;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +22,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Kernel vs ahead on real files: every read pattern, cold, side by side.
+    Bench(bench::BenchArgs),
+    /// Read a file with an access pattern and report throughput and counters.
+    Read(read::ReadArgs),
+    /// Print files through ahead's engine (like cat).
+    Cat(cat::CatArgs),
     /// Simulate readahead policies on modelled devices (the seeds' benchmarks).
     Sim(sim::SimArgs),
 }
@@ -26,10 +35,14 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Sim(args) => sim::run(args),
+        Command::Bench(args) => bench::run(args).map(|()| true),
+        Command::Read(args) => read::run(args).map(|()| true),
+        Command::Cat(args) => cat::run(args),
+        Command::Sim(args) => sim::run(args).map(|()| true),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("ahead: {e:#}");
             ExitCode::FAILURE

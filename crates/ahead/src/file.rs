@@ -362,7 +362,7 @@ impl File {
         let plans = {
             let mut g = shared.cache.lock();
             let file_pages = g.file(self.inner.id).size.div_ceil(page);
-            let mut planner = self.planner(&mut g, file_pages);
+            let mut planner = self.planner(&mut g, file_pages, Request::new(0, 0));
             for &(offset, len) in ranges {
                 let (first, count) = crate::units::PageSize::new(page).unwrap().span(offset, len);
                 let count = count.min(file_pages.saturating_sub(first));
@@ -375,13 +375,19 @@ impl File {
         self.issue(plans, Issue::Backend);
     }
 
-    fn planner<'a>(&'a self, g: &'a mut cache::Inner, file_pages: u64) -> Planner<'a> {
+    fn planner<'a>(
+        &'a self,
+        g: &'a mut cache::Inner,
+        file_pages: u64,
+        request: Request,
+    ) -> Planner<'a> {
         Planner {
             cache: &self.inner.engine.cache,
             inner: g,
             file: self.inner.id,
             file_pages,
             max_io_pages: self.inner.engine.max_io_pages,
+            request: request.index..request.end(),
             plans: Vec::new(),
         }
     }
@@ -399,7 +405,7 @@ impl File {
         for f in feedback {
             policy.feedback(f);
         }
-        let mut planner = self.planner(&mut g, file_pages);
+        let mut planner = self.planner(&mut g, file_pages, req);
         let max = shared.max_ra_pages;
         match advice {
             Advice::Random => {

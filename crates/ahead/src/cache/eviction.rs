@@ -68,8 +68,11 @@ impl Clock {
 
 impl Eviction for Clock {
     fn insert(&mut self, frame: u32) {
+        // A new page starts referenced: a page read ahead must survive one
+        // turn of the hand, or a stream's fresh pages would go before the
+        // old pages it has already consumed.
         self.cached[frame as usize] = true;
-        self.referenced[frame as usize] = false;
+        self.referenced[frame as usize] = true;
     }
     fn touch(&mut self, frame: u32) {
         self.referenced[frame as usize] = true;
@@ -206,10 +209,15 @@ mod tests {
         for f in 0..3 {
             c.insert(f);
         }
-        c.touch(0);
+        // New pages start referenced: the first turn clears every bit, the
+        // second evicts in hand order.
+        assert_eq!(c.victim(&mut |_| true), Some(0));
+        c.remove(0);
+        c.insert(0);
+        c.touch(2);
+        // 1 was cleared by the first turn; 0 is new, 2 touched.
         assert_eq!(c.victim(&mut |_| true), Some(1));
         c.remove(1);
-        // 0's bit was cleared on the first pass; 2 is next unreferenced.
         assert_eq!(c.victim(&mut |_| true), Some(2));
         assert_eq!(c.victim(&mut |f| f == 0), Some(0));
         assert_eq!(c.victim(&mut |_| false), None);

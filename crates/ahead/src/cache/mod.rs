@@ -475,6 +475,10 @@ pub(crate) struct Planner<'a> {
     pub(crate) file_pages: u64,
     /// Most pages in one device read.
     pub(crate) max_io_pages: usize,
+    /// The pages the current request needs: the part of a readahead window
+    /// that falls here is read on demand (the reader waits for it anyway),
+    /// the rest asynchronously.
+    pub(crate) request: std::ops::Range<u64>,
     pub(crate) plans: Vec<Plan>,
 }
 
@@ -571,10 +575,19 @@ impl Planner<'_> {
         let marker = window.marker_page();
         let mut runs = Vec::new();
         window.for_each_run(|s, n| runs.push((s, n)));
+        let (rs, re) = (self.request.start, self.request.end);
         for (s, n) in runs {
-            let n = n.min(self.file_pages.saturating_sub(s));
-            if !self.plan(s, n, true, marker) {
-                break;
+            let e = s + n.min(self.file_pages.saturating_sub(s));
+            // Before the request, inside it (on demand), after it.
+            let pieces = [
+                (s, e.min(rs), true),
+                (s.max(rs), e.min(re), false),
+                (s.max(re), e, true),
+            ];
+            for (from, to, speculative) in pieces {
+                if from < to && !self.plan(from, to - from, speculative, marker) {
+                    return;
+                }
             }
         }
     }

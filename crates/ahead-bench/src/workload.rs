@@ -1,0 +1,507 @@
+//! Read workloads on real files, through the kernel's paths and through
+//! ahead, measured the same way.
+//!
+//! A workload is a [`Pattern`] of requests of `bs` bytes; an [`Engine`] says
+//! who serves them. Every run starts cold unless the pattern is about cached
+//! reads: the file is dropped from the kernel's cache (`POSIX_FADV_DONTNEED`)
+//! and ahead gets a fresh engine with an empty cache. Throughput is bytes
+//! returned over wall time; latency percentiles come from per-request timing
+//! where the pattern asks for it (random 4 KiB, cached 16 KiB).
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ahead::io::{AlignedBuf, Backend, IoBuf, ReadOp};
+use ahead::{Engine as AheadEngine, EngineConfig};
+
+/// An access pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Forward, request after request.
+    Seq,
+    /// Backward from the end.
+    Reverse,
+    /// Read `bs`, skip `gap` bytes, forward.
+    Stride {
+        /// Bytes skipped after each read.
+        gap: u64,
+    },
+    /// `n` threads each streaming their own part of the file forward.
+    Interleaved {
+        /// Number of streams (threads).
+        n: usize,
+    },
+    /// Uniformly random aligned offsets.
+    Random,
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad =
+            || format!("unknown pattern '{s}' (seq, reverse, stride:GAP, random, interleaved:N)");
+        match s.split_once(':') {
+            None => match s {
+                "seq" => Ok(Pattern::Seq),
+                "reverse" => Ok(Pattern::Reverse),
+                "random" => Ok(Pattern::Random),
+                "stride" => Ok(Pattern::Stride { gap: 12 << 10 }),
+                "interleaved" => Ok(Pattern::Interleaved { n: 8 }),
+                _ => Err(bad()),
+            },
+            Some(("stride", gap)) => Ok(Pattern::Stride {
+                gap: ahead::units::parse_size(gap).map_err(|e| e.to_string())?,
+            }),
+            Some(("interleaved", n)) => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(Pattern::Interleaved { n }),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// Who serves the reads.
+#[derive(Clone, Debug)]
+pub enum Engine {
+    /// Kernel buffered `pread`.
+    Kernel,
+    /// Kernel `pread` on an O_DIRECT descriptor (no cache, no readahead).
+    KernelDirect,
+    /// ahead's Direct mode with this configuration; `zero_copy` uses
+    /// `read_pages` instead of `read_at`.
+    Ahead {
+        /// Engine settings.
+        config: EngineConfig,
+        /// Lend pages instead of copying.
+        zero_copy: bool,
+    },
+    /// Large O_DIRECT reads through io_uring at high depth: what the device
+    /// can do. `bs` and depth come from the workload.
+    DeviceLimit,
+}
+
+impl Engine {
+    /// The name used in reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Engine::Kernel => "kernel",
+            Engine::KernelDirect => "kernel-direct",
+            Engine::Ahead {
+                zero_copy: false, ..
+            } => "ahead",
+            Engine::Ahead {
+                zero_copy: true, ..
+            } => "ahead-zero-copy",
+            Engine::DeviceLimit => "device-limit",
+        }
+    }
+}
+
+/// One workload.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    /// The pattern.
+    pub pattern: Pattern,
+    /// Request size in bytes.
+    pub bs: u64,
+    /// Requests in flight (threads for the kernel's paths, `read_many`
+    /// batches for ahead, ring depth for the device limit).
+    pub depth: usize,
+    /// Stop after this many bytes have been returned (0: the whole pattern).
+    pub bytes: u64,
+    /// Evict the file from the kernel's cache first.
+    pub cold: bool,
+    /// Time each request, for latency percentiles.
+    pub latency: bool,
+    /// Seed of random offsets.
+    pub seed: u64,
+    /// Use only the first `span` bytes of the file (0: all of it).
+    pub span: u64,
+    /// Run the pattern once, untimed, before measuring (same engine, same
+    /// cache): for cached-read workloads.
+    pub warm: bool,
+}
+
+impl Workload {
+    /// A cold single-stream workload of `bs` requests at depth 1.
+    pub fn new(pattern: Pattern, bs: u64) -> Workload {
+        Workload {
+            pattern,
+            bs,
+            depth: 1,
+            bytes: 0,
+            cold: true,
+            latency: false,
+            seed: 1,
+            span: 0,
+            warm: false,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub struct Measurement {
+    /// Bytes returned.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Median request latency in µs, when timed.
+    pub p50_us: Option<f64>,
+    /// 99th percentile request latency in µs, when timed.
+    pub p99_us: Option<f64>,
+    /// ahead's counters, for ahead runs.
+    pub stats: Option<ahead::cache::Stats>,
+    /// Whether reads bypassed the kernel cache as intended.
+    pub direct: bool,
+}
+
+impl Measurement {
+    /// Throughput in MB/s (10^6 bytes per second).
+    pub fn mb_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / self.seconds / 1e6
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The request offsets of a single-stream pattern over `size` bytes.
+pub fn offsets(pattern: Pattern, size: u64, bs: u64, seed: u64) -> Vec<u64> {
+    let blocks = size / bs;
+    match pattern {
+        Pattern::Seq | Pattern::Interleaved { .. } => (0..blocks).map(|b| b * bs).collect(),
+        Pattern::Reverse => (0..blocks).rev().map(|b| b * bs).collect(),
+        Pattern::Stride { gap } => (0..size.saturating_sub(bs - 1))
+            .step_by((bs + gap) as usize)
+            .collect(),
+        Pattern::Random => {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            (0..blocks)
+                .map(|_| rng.u64(0..blocks.max(1)) * bs)
+                .collect()
+        }
+    }
+}
+
+/// Error of a run: the message says which file and what failed.
+pub type RunError = String;
+
+/// Runs `w` on `path` through `engine`.
+pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, RunError> {
+    let mut size = std::fs::metadata(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .len();
+    if w.span > 0 {
+        size = size.min(w.span);
+    }
+    if size < w.bs {
+        return Err(format!(
+            "{}: file is smaller than one request ({} bytes)",
+            path.display(),
+            w.bs
+        ));
+    }
+    if w.cold {
+        evict(path)?;
+    }
+    let mut offs = offsets(w.pattern, size, w.bs, w.seed);
+    if w.bytes > 0 && !matches!(w.pattern, Pattern::Interleaved { .. }) {
+        offs.truncate(w.bytes.div_ceil(w.bs) as usize);
+    }
+    let streams = match w.pattern {
+        Pattern::Interleaved { n } => n,
+        _ => 1,
+    };
+    // For interleaved streams: stream k reads the k-th part, forward.
+    let parts: Vec<Vec<u64>> = if streams > 1 {
+        let span =
+            (if w.bytes > 0 { w.bytes.min(size) } else { size }) / streams as u64 / w.bs * w.bs;
+        (0..streams as u64)
+            .map(|k| {
+                (0..span / w.bs)
+                    .map(|i| k * (size / streams as u64 / w.bs * w.bs) + i * w.bs)
+                    .collect()
+            })
+            .collect()
+    } else {
+        vec![offs]
+    };
+    match engine {
+        Engine::Kernel | Engine::KernelDirect => {
+            let direct = matches!(engine, Engine::KernelDirect);
+            let fd = Arc::new(
+                ahead::sys::open_read(path, direct)
+                    .map_err(|e| format!("open {}: {e}", path.display()))?,
+            );
+            let parts = split_for_depth(parts, w.depth);
+            if w.warm {
+                for p in &parts {
+                    kernel_reads(&fd, direct, w.bs, p, None)?;
+                }
+            }
+            timed_threads(parts, w.latency, |offs, lat| {
+                kernel_reads(&fd, direct, w.bs, offs, lat)
+            })
+            .map(|m| Measurement { direct, ..m })
+        }
+        Engine::Ahead { config, zero_copy } => {
+            let eng = AheadEngine::new(config.clone()).map_err(|e| e.to_string())?;
+            let file = eng.open(path).map_err(|e| e.to_string())?;
+            if w.warm {
+                for p in &parts {
+                    ahead_reads(&file, false, w.bs, p, None)?;
+                }
+            }
+            let mut m = if w.depth > 1 && streams == 1 {
+                let mut all = parts.into_iter().next().unwrap();
+                ahead_at_depth(&file, w.bs, &mut all, w.depth, w.latency)?
+            } else {
+                timed_threads(parts, w.latency, |offs, lat| {
+                    ahead_reads(&file, *zero_copy, w.bs, offs, lat)
+                })?
+            };
+            m.stats = Some(eng.stats());
+            m.direct = file.is_direct();
+            Ok(m)
+        }
+        Engine::DeviceLimit => {
+            let all: Vec<u64> = parts.into_iter().flatten().collect();
+            device_limit(path, w.bs, &all, w.depth.max(1))
+        }
+    }
+}
+
+/// Drops `path` from the kernel's cache.
+pub fn evict(path: &Path) -> Result<(), RunError> {
+    let fd =
+        ahead::sys::open_read(path, false).map_err(|e| format!("open {}: {e}", path.display()))?;
+    ahead::sys::evict(&fd).map_err(|e| format!("evict {}: {e}", path.display()))
+}
+
+/// Spreads one stream over `depth` threads (round-robin), so that the
+/// kernel's synchronous paths keep `depth` requests in flight.
+fn split_for_depth(parts: Vec<Vec<u64>>, depth: usize) -> Vec<Vec<u64>> {
+    if parts.len() != 1 || depth <= 1 {
+        return parts;
+    }
+    let all = parts.into_iter().next().unwrap();
+    let mut out = vec![Vec::new(); depth];
+    for (i, o) in all.into_iter().enumerate() {
+        out[i % depth].push(o);
+    }
+    out
+}
+
+/// Runs `body` on one thread per part and measures the whole.
+fn timed_threads<F>(parts: Vec<Vec<u64>>, latency: bool, body: F) -> Result<Measurement, RunError>
+where
+    F: Fn(&[u64], Option<&mut Vec<f64>>) -> Result<u64, RunError> + Sync,
+{
+    let start = Instant::now();
+    let results: Vec<Result<(u64, Vec<f64>), RunError>> = if parts.len() == 1 {
+        let mut lat = Vec::new();
+        vec![body(&parts[0], latency.then_some(&mut lat)).map(|b| (b, lat))]
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = parts
+                .iter()
+                .map(|p| {
+                    let body = &body;
+                    s.spawn(move || {
+                        let mut lat = Vec::new();
+                        body(p, latency.then_some(&mut lat)).map(|b| (b, lat))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("reader thread"))
+                .collect()
+        })
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let mut bytes = 0;
+    let mut lat = Vec::new();
+    for r in results {
+        let (b, l) = r?;
+        bytes += b;
+        lat.extend(l);
+    }
+    let (p50_us, p99_us) = percentiles(&mut lat);
+    Ok(Measurement {
+        bytes,
+        seconds,
+        p50_us,
+        p99_us,
+        ..Measurement::default()
+    })
+}
+
+fn percentiles(lat: &mut [f64]) -> (Option<f64>, Option<f64>) {
+    if lat.is_empty() {
+        return (None, None);
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    (Some(at(0.5)), Some(at(0.99)))
+}
+
+fn kernel_reads(
+    fd: &std::os::fd::OwnedFd,
+    direct: bool,
+    bs: u64,
+    offs: &[u64],
+    mut lat: Option<&mut Vec<f64>>,
+) -> Result<u64, RunError> {
+    let file = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
+    let mut aligned = AlignedBuf::new(bs as usize, 4096);
+    let mut plain = vec![0u8; bs as usize];
+    let mut bytes = 0;
+    for &o in offs {
+        let t = Instant::now();
+        let buf = if direct {
+            &mut aligned.as_mut_slice()[..bs as usize]
+        } else {
+            &mut plain[..]
+        };
+        let n = file
+            .read_at(buf, o)
+            .map_err(|e| format!("pread at {o}: {e}"))?;
+        if let Some(l) = lat.as_deref_mut() {
+            l.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        bytes += n as u64;
+    }
+    Ok(bytes)
+}
+
+fn ahead_reads(
+    file: &ahead::File,
+    zero_copy: bool,
+    bs: u64,
+    offs: &[u64],
+    mut lat: Option<&mut Vec<f64>>,
+) -> Result<u64, RunError> {
+    let mut buf = vec![0u8; bs as usize];
+    let mut bytes = 0;
+    for &o in offs {
+        let t = Instant::now();
+        let n = if zero_copy {
+            let pages = file.read_pages(o, bs as usize).map_err(|e| e.to_string())?;
+            std::hint::black_box(pages.chunks().next());
+            pages.len()
+        } else {
+            file.read_at(&mut buf, o).map_err(|e| e.to_string())?
+        };
+        if let Some(l) = lat.as_deref_mut() {
+            l.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        bytes += n as u64;
+    }
+    Ok(bytes)
+}
+
+fn ahead_at_depth(
+    file: &ahead::File,
+    bs: u64,
+    offs: &mut [u64],
+    depth: usize,
+    latency: bool,
+) -> Result<Measurement, RunError> {
+    let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs as usize]).collect();
+    let start = Instant::now();
+    let mut bytes = 0;
+    let mut lat = Vec::new();
+    for batch in offs.chunks(depth) {
+        let t = Instant::now();
+        let mut reqs: Vec<(u64, &mut [u8])> = batch
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&o, b)| (o, b.as_mut_slice()))
+            .collect();
+        for r in file.read_many(&mut reqs) {
+            bytes += r.map_err(|e| e.to_string())? as u64;
+        }
+        if latency {
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let (p50_us, p99_us) = percentiles(&mut lat);
+    Ok(Measurement {
+        bytes,
+        seconds,
+        p50_us,
+        p99_us,
+        ..Measurement::default()
+    })
+}
+
+/// Reads `offs` (each `bs` bytes) with O_DIRECT through io_uring, `depth`
+/// in flight.
+fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Measurement, RunError> {
+    let fd = Arc::new(
+        ahead::sys::open_read(path, true).map_err(|e| format!("open {}: {e}", path.display()))?,
+    );
+    let ring = ahead::io::uring::Uring::new(depth).map_err(|e| format!("io_uring: {e}"))?;
+    type Done = (ReadOp, std::io::Result<usize>);
+    let (tx, rx) = std::sync::mpsc::channel::<Done>();
+    // Buffers are recycled: allocating a zeroed buffer per read would cost
+    // more than the read at these sizes.
+    let mut free: Vec<IoBuf> = Vec::new();
+    let mut bytes = 0u64;
+    let mut pending = 0usize;
+    let mut error = None;
+    let mut take = |(op, r): Done, free: &mut Vec<IoBuf>| {
+        free.push(op.buf);
+        match r {
+            Ok(n) => bytes += n as u64,
+            Err(e) => error = Some(e),
+        }
+    };
+    let start = Instant::now();
+    for &o in offs {
+        let tx = tx.clone();
+        let buf = free
+            .pop()
+            .unwrap_or_else(|| IoBuf::Owned(AlignedBuf::new(bs as usize, 4096)));
+        ring.submit(
+            ReadOp {
+                fd: fd.clone(),
+                offset: o,
+                len: bs as usize,
+                buf,
+            },
+            Box::new(move |op, r| {
+                let _ = tx.send((op, r));
+            }),
+        );
+        pending += 1;
+        while let Ok(d) = rx.try_recv() {
+            pending -= 1;
+            take(d, &mut free);
+        }
+    }
+    while pending > 0 {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(d) => take(d, &mut free),
+            Err(_) => return Err("device-limit reads did not complete".into()),
+        }
+        pending -= 1;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    if let Some(e) = error {
+        return Err(format!("read {}: {e}", path.display()));
+    }
+    Ok(Measurement {
+        bytes,
+        seconds,
+        direct: true,
+        ..Measurement::default()
+    })
+}

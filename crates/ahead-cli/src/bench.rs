@@ -1,0 +1,403 @@
+//! `ahead bench`: every read pattern, cold, through the kernel's buffered
+//! pread, the kernel's O_DIRECT pread and ahead, next to what the device can
+//! do, in one run; medians of repetitions; a table with ratios, JSON and a
+//! plot.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ahead::units::{format_size, parse_size};
+use ahead_bench::report::{bar_chart, Table};
+use ahead_bench::workload::{self, Engine, Measurement, Pattern, Workload};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::read::EngineArgs;
+
+/// Arguments of `ahead bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Benchmark this file instead of generating one.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Size of the generated file.
+    #[arg(long, default_value = "1g")]
+    size: String,
+    /// Where to generate the file (default: the system's temporary
+    /// directory if it supports O_DIRECT, else the current directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Fewer bytes per pattern and one repetition: about a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions (medians are reported); default 3, 1 with --quick.
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Write the rows as a JSON array to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write an SVG bar chart to this file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// One benchmark case: a named pattern and the engines that run it.
+struct Case {
+    name: &'static str,
+    workload: Workload,
+    engines: Vec<Engine>,
+}
+
+/// One row of results.
+struct Row {
+    pattern: &'static str,
+    engine: &'static str,
+    bs: u64,
+    runs: Vec<Measurement>,
+}
+
+impl Row {
+    fn median(&self, f: impl Fn(&Measurement) -> Option<f64>) -> Option<f64> {
+        let mut v: Vec<f64> = self.runs.iter().filter_map(f).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(|a, b| a.total_cmp(b));
+        Some(v[v.len() / 2])
+    }
+    fn mb_s(&self) -> f64 {
+        self.median(|m| Some(m.mb_s())).unwrap_or(0.0)
+    }
+}
+
+fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig) -> Vec<Case> {
+    let k = |q: u64, full: u64| if quick { q } else { full };
+    let a = || Engine::Ahead {
+        config: ahead.clone(),
+        zero_copy: false,
+    };
+    let kernels = || vec![Engine::Kernel, Engine::KernelDirect, a()];
+    let mut v = vec![
+        Case {
+            name: "seq",
+            workload: Workload::new(Pattern::Seq, 4096),
+            engines: kernels(),
+        },
+        Case {
+            name: "seq",
+            workload: Workload {
+                depth: 32,
+                ..Workload::new(Pattern::Seq, 1 << 20)
+            },
+            engines: vec![Engine::DeviceLimit],
+        },
+        Case {
+            name: "reverse",
+            workload: Workload {
+                bytes: k(64 << 20, 256 << 20),
+                ..Workload::new(Pattern::Reverse, 4096)
+            },
+            engines: kernels(),
+        },
+        Case {
+            name: "stride",
+            workload: Workload {
+                bytes: k(64 << 20, 256 << 20),
+                ..Workload::new(Pattern::Stride { gap: 12 << 10 }, 4096)
+            },
+            engines: kernels(),
+        },
+        Case {
+            name: "interleaved-8",
+            workload: Workload {
+                bytes: k(256 << 20, size),
+                ..Workload::new(Pattern::Interleaved { n: 8 }, 4096)
+            },
+            engines: kernels(),
+        },
+        Case {
+            name: "random-64k-qd64",
+            workload: Workload {
+                depth: 64,
+                bytes: k(256 << 20, 1 << 30),
+                ..Workload::new(Pattern::Random, 64 << 10)
+            },
+            engines: vec![
+                Engine::Kernel,
+                Engine::KernelDirect,
+                a(),
+                Engine::DeviceLimit,
+            ],
+        },
+        Case {
+            name: "random-4k",
+            workload: Workload {
+                bytes: k(8 << 20, 32 << 20),
+                latency: true,
+                ..Workload::new(Pattern::Random, 4096)
+            },
+            engines: kernels(),
+        },
+    ];
+    // Cached reads: a region larger than the CPU caches but well inside
+    // ahead's budget, read once to warm, then random 16 KiB reads.
+    let region = (ahead.cache_bytes / 2).min(size).min(128 << 20);
+    v.push(Case {
+        name: "cached-16k",
+        workload: Workload {
+            cold: false,
+            warm: true,
+            span: region,
+            latency: true,
+            bytes: k(256 << 20, 1 << 30),
+            ..Workload::new(Pattern::Random, 16 << 10)
+        },
+        engines: vec![
+            Engine::Kernel,
+            a(),
+            Engine::Ahead {
+                config: ahead.clone(),
+                zero_copy: true,
+            },
+        ],
+    });
+    v
+}
+
+/// Runs `ahead bench`.
+pub fn run(args: BenchArgs) -> Result<()> {
+    let config = args.engine.config()?;
+    ahead::Engine::new(config.clone())?;
+    let reps = args.reps.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let (path, _cleanup) = match &args.file {
+        Some(f) => (f.clone(), None),
+        None => {
+            let size = parse_size(&args.size).context("--size")?;
+            if size < (16 << 20) {
+                bail!("--size: at least 16 MiB, to leave the caches behind");
+            }
+            let dir = match &args.dir {
+                Some(d) => d.clone(),
+                None => default_dir()?,
+            };
+            let path = dir.join(format!("ahead-bench-{}.dat", std::process::id()));
+            eprintln!(
+                "generating {} test file {} ...",
+                format_size(size),
+                path.display()
+            );
+            let cleanup = Cleanup(path.clone());
+            ahead::testdata::write_file(&path, size)
+                .with_context(|| format!("write {}", path.display()))?;
+            (path, Some(cleanup))
+        }
+    };
+    let size = std::fs::metadata(&path)
+        .with_context(|| format!("{}", path.display()))?
+        .len();
+    if size < (16 << 20) {
+        bail!("{}: at least 16 MiB needed", path.display());
+    }
+    let started = Instant::now();
+    let mut rows: Vec<Row> = Vec::new();
+    let cases = cases(size, args.quick, &config);
+    for rep in 0..reps {
+        for case in &cases {
+            // Rotate the engines' order each repetition, so that none always
+            // runs first (the virtual disk here is faster on data the host
+            // read recently).
+            let mut order: Vec<&Engine> = case.engines.iter().collect();
+            let n = order.len();
+            order.rotate_left(rep % n);
+            for engine in order {
+                let m = workload::run(&path, engine, &case.workload).map_err(anyhow::Error::msg)?;
+                if rep == 0 && !m.direct && !matches!(engine, Engine::Kernel) {
+                    eprintln!(
+                        "ahead: warning: {}: O_DIRECT refused; {} read through the kernel cache",
+                        path.display(),
+                        engine.name()
+                    );
+                }
+                eprintln!(
+                    "  rep {}/{reps} {:<16} {:<16} {:>9.1} MB/s",
+                    rep + 1,
+                    case.name,
+                    engine.name(),
+                    m.mb_s()
+                );
+                match rows
+                    .iter_mut()
+                    .find(|r| r.pattern == case.name && r.engine == engine.name())
+                {
+                    Some(r) => r.runs.push(m),
+                    None => rows.push(Row {
+                        pattern: case.name,
+                        engine: engine.name(),
+                        bs: case.workload.bs,
+                        runs: vec![m],
+                    }),
+                }
+            }
+        }
+    }
+    print!("{}", table(&rows));
+    println!(
+        "file {} ({}), {reps} repetition(s), medians; {:.0} s in all",
+        path.display(),
+        format_size(size),
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(j) = &args.json {
+        let v: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("write {}", j.display()))?;
+    }
+    if let Some(p) = &args.plot {
+        std::fs::write(p, plot(&rows)).with_context(|| format!("write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Removes the generated file when the benchmark ends, however it ends.
+struct Cleanup(PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn default_dir() -> Result<PathBuf> {
+    let tmp = std::env::temp_dir();
+    if ahead::testdata::supports_direct(&tmp) {
+        return Ok(tmp);
+    }
+    let cwd = std::env::current_dir()?;
+    if ahead::testdata::supports_direct(&cwd) {
+        eprintln!(
+            "{} does not support O_DIRECT; using the current directory",
+            tmp.display()
+        );
+        return Ok(cwd);
+    }
+    bail!(
+        "neither {} nor the current directory supports O_DIRECT; pass --dir or --file",
+        tmp.display()
+    )
+}
+
+fn find<'a>(rows: &'a [Row], pattern: &str, engine: &str) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.pattern == pattern && r.engine == engine)
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut t = Table::new(&[
+        "pattern",
+        "engine",
+        "bs",
+        "MB/s",
+        "p50 µs",
+        "p99 µs",
+        "÷ kernel",
+        "÷ device",
+        "dev/req",
+    ]);
+    let us = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
+    for r in rows {
+        let ratio = |other: Option<&Row>| {
+            other
+                .filter(|o| !std::ptr::eq(*o, r) && o.mb_s() > 0.0)
+                .map_or(String::new(), |o| format!("{:.2}", r.mb_s() / o.mb_s()))
+        };
+        let is_ahead = r.engine.starts_with("ahead");
+        let dev = if is_ahead {
+            ratio(find(rows, r.pattern, "device-limit"))
+        } else {
+            String::new()
+        };
+        let k = if is_ahead {
+            ratio(find(rows, r.pattern, "kernel"))
+        } else {
+            String::new()
+        };
+        let amp = r
+            .runs
+            .last()
+            .filter(|m| m.stats.is_some() && !r.pattern.starts_with("cached"))
+            .and_then(|m| m.stats.map(|s| (s.device_bytes, m.bytes)))
+            .filter(|&(_, b)| b > 0)
+            .map_or(String::new(), |(d, b)| {
+                format!("{:.2}", d as f64 / b as f64)
+            });
+        t.row(vec![
+            r.pattern.into(),
+            r.engine.into(),
+            format_size(r.bs),
+            format!("{:.1}", r.mb_s()),
+            us(r.median(|m| m.p50_us)),
+            us(r.median(|m| m.p99_us)),
+            k,
+            dev,
+            amp,
+        ]);
+    }
+    t.render()
+}
+
+fn row_json(r: &Row) -> serde_json::Value {
+    let mut o = serde_json::json!({
+        "pattern": r.pattern,
+        "engine": r.engine,
+        "bs": r.bs,
+        "mb_s": r.mb_s(),
+        "reps": r.runs.len(),
+    });
+    if let Some(v) = r.median(|m| m.p50_us) {
+        o["p50_us"] = v.into();
+    }
+    if let Some(v) = r.median(|m| m.p99_us) {
+        o["p99_us"] = v.into();
+    }
+    if let Some(m) = r.runs.last() {
+        o["bytes"] = m.bytes.into();
+        if let Some(s) = &m.stats {
+            o["device_bytes"] = s.device_bytes.into();
+            o["avg_io_bytes"] = s.avg_io_bytes().into();
+            o["readahead_wasted"] = s.readahead_wasted.into();
+            o["late"] = s.late.into();
+        }
+    }
+    o
+}
+
+fn plot(rows: &[Row]) -> String {
+    let mut patterns: Vec<&str> = Vec::new();
+    let mut engines: BTreeMap<&str, ()> = BTreeMap::new();
+    for r in rows {
+        if !patterns.contains(&r.pattern) {
+            patterns.push(r.pattern);
+        }
+        engines.insert(r.engine, ());
+    }
+    let series: Vec<String> = engines.keys().map(|s| s.to_string()).collect();
+    let values: Vec<Vec<f64>> = series
+        .iter()
+        .map(|e| {
+            patterns
+                .iter()
+                .map(|p| find(rows, p, e).map_or(0.0, |r| r.mb_s()))
+                .collect()
+        })
+        .collect();
+    let cats: Vec<String> = patterns.iter().map(|s| s.to_string()).collect();
+    bar_chart(
+        "ahead bench: kernel vs ahead (cold, medians)",
+        "MB/s",
+        &cats,
+        &series,
+        &values,
+    )
+}

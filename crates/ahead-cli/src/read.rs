@@ -1,0 +1,167 @@
+//! `ahead read`: reads a file with an access pattern through ahead or the
+//! kernel, and reports throughput and counters.
+
+use std::path::PathBuf;
+
+use ahead::io::BackendKind;
+use ahead::ra::PolicyKind;
+use ahead::units::{format_size, parse_size};
+use ahead::EngineConfig;
+use ahead_bench::workload::{self, Engine, Measurement, Pattern, Workload};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+/// Engine settings shared by `read` and `bench`.
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Readahead policy of ahead: ahead, ondemand or legacy.
+    #[arg(long, default_value = "ahead")]
+    pub policy: String,
+    /// ahead's cache budget (e.g. 256m, 1g).
+    #[arg(long, default_value = "256m")]
+    pub cache: String,
+    /// ahead's largest readahead window.
+    #[arg(long = "max-readahead", default_value = "4m")]
+    pub max_readahead: String,
+    /// ahead's I/O backend: auto, uring or pool.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+}
+
+impl EngineArgs {
+    /// The engine configuration these arguments describe.
+    pub fn config(&self) -> Result<EngineConfig> {
+        let policy: PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
+        let backend: BackendKind = self.backend.parse().map_err(anyhow::Error::msg)?;
+        Ok(EngineConfig {
+            policy,
+            backend,
+            cache_bytes: parse_size(&self.cache).context("--cache")?,
+            max_readahead: parse_size(&self.max_readahead).context("--max-readahead")?,
+            ..EngineConfig::default()
+        })
+    }
+}
+
+/// Arguments of `ahead read`.
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// The file to read.
+    file: PathBuf,
+    /// Access pattern: seq, reverse, stride:GAP, random, interleaved:N.
+    #[arg(long, default_value = "seq")]
+    pattern: String,
+    /// Request size.
+    #[arg(long, default_value = "4k")]
+    bs: String,
+    /// Requests in flight (threads for the kernel, read_many batches for ahead).
+    #[arg(long, default_value_t = 1)]
+    depth: usize,
+    /// Stop after this many bytes (default: the whole pattern).
+    #[arg(long)]
+    bytes: Option<String>,
+    /// Who reads: direct (ahead), kernel (buffered pread), kernel-direct (O_DIRECT pread).
+    #[arg(long, default_value = "direct")]
+    mode: String,
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Drop the file from the kernel's cache first.
+    #[arg(long)]
+    cold: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Print ahead's counters.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// Runs `ahead read`.
+pub fn run(args: ReadArgs) -> Result<()> {
+    let pattern: Pattern = args.pattern.parse().map_err(anyhow::Error::msg)?;
+    let bs = parse_size(&args.bs).context("--bs")?;
+    if bs == 0 {
+        bail!("--bs: must be at least 1 byte");
+    }
+    let bytes = match &args.bytes {
+        Some(b) => parse_size(b).context("--bytes")?,
+        None => 0,
+    };
+    let engine = match args.mode.as_str() {
+        "direct" | "ahead" => Engine::Ahead {
+            config: args.engine.config()?,
+            zero_copy: false,
+        },
+        "kernel" => Engine::Kernel,
+        "kernel-direct" => Engine::KernelDirect,
+        m => bail!("--mode: unknown mode '{m}' (direct, kernel, kernel-direct)"),
+    };
+    let w = Workload {
+        depth: args.depth.max(1),
+        bytes,
+        cold: args.cold,
+        latency: pattern == Pattern::Random,
+        ..Workload::new(pattern, bs)
+    };
+    let m = workload::run(&args.file, &engine, &w).map_err(anyhow::Error::msg)?;
+    if !m.direct && matches!(engine, Engine::Ahead { .. }) && !args.json {
+        eprintln!(
+            "ahead: warning: {}: the file system refuses O_DIRECT; read through the kernel's cache instead",
+            args.file.display()
+        );
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&json(&args.pattern, engine.name(), bs, &m))?
+        );
+    } else {
+        print!("{}", text(&args.pattern, engine.name(), bs, &m, args.stats));
+    }
+    Ok(())
+}
+
+/// One measurement as a JSON object.
+pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json::Value {
+    let mut o = serde_json::json!({
+        "pattern": pattern,
+        "engine": engine,
+        "bs": bs,
+        "bytes": m.bytes,
+        "seconds": m.seconds,
+        "mb_s": m.mb_s(),
+        "direct": m.direct,
+    });
+    if let Some(p) = m.p50_us {
+        o["p50_us"] = p.into();
+    }
+    if let Some(p) = m.p99_us {
+        o["p99_us"] = p.into();
+    }
+    if let Some(s) = &m.stats {
+        for (k, v) in s.fields() {
+            o[k] = v.into();
+        }
+    }
+    o
+}
+
+fn text(pattern: &str, engine: &str, bs: u64, m: &Measurement, stats: bool) -> String {
+    let mut out = format!(
+        "{engine}: {pattern} {} requests: {} in {:.3} s = {:.1} MB/s",
+        format_size(bs),
+        format_size(m.bytes),
+        m.seconds,
+        m.mb_s()
+    );
+    if let (Some(a), Some(b)) = (m.p50_us, m.p99_us) {
+        out += &format!(", latency p50 {a:.1} µs p99 {b:.1} µs");
+    }
+    out.push('\n');
+    if let (true, Some(s)) = (stats, &m.stats) {
+        for (k, v) in s.fields() {
+            out += &format!("  {k:<20} {v}\n");
+        }
+    }
+    out
+}

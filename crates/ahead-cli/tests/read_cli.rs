@@ -1,0 +1,154 @@
+//! `ahead read`, `ahead cat` and `ahead bench` as a user runs them: the real
+//! binary on generated files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ahead(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(args)
+        .output()
+        .expect("run ahead")
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap()
+}
+
+fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    ahead::testdata::write_file(&p, size).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn cat_prints_the_exact_bytes_of_odd_sized_files() {
+    let dir = scratch();
+    let sizes = [0u64, 1, 4095, 4097, 1_000_001];
+    let paths: Vec<PathBuf> = sizes
+        .iter()
+        .map(|&n| gen(dir.path(), &format!("f{n}"), n))
+        .collect();
+    let mut args = vec!["cat"];
+    args.extend(paths.iter().map(|p| s(p)));
+    let o = ahead(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut want = Vec::new();
+    for p in &paths {
+        want.extend(std::fs::read(p).unwrap());
+    }
+    assert_eq!(o.stdout.len(), want.len());
+    assert!(o.stdout == want, "cat output differs from the files");
+}
+
+#[test]
+fn cat_reports_a_bad_file_and_still_prints_the_others() {
+    let dir = scratch();
+    let good = gen(dir.path(), "good", 10_000);
+    let missing = dir.path().join("missing");
+    let o = ahead(&["cat", s(&missing), s(&good), s(dir.path())]);
+    assert!(!o.status.success());
+    assert_eq!(o.stdout, std::fs::read(&good).unwrap());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("missing") && err.contains("No such file"),
+        "{err}"
+    );
+    assert!(err.contains("is a directory"), "{err}");
+}
+
+#[test]
+fn read_json_has_the_documented_fields() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 4 << 20);
+    for mode in ["direct", "kernel", "kernel-direct"] {
+        let o = ahead(&[
+            "read",
+            s(&f),
+            "--mode",
+            mode,
+            "--pattern",
+            "stride:12k",
+            "--cold",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["bytes"], 1 << 20, "{mode}: a quarter of the file: {v}");
+        assert!(v["seconds"].as_f64().unwrap() > 0.0 && v["mb_s"].as_f64().unwrap() > 0.0);
+        if mode == "direct" {
+            assert!(v["device_bytes"].as_u64().unwrap() >= 1 << 20, "{v}");
+            assert!(v["hits"].is_u64() && v["readahead_pages"].is_u64(), "{v}");
+        }
+    }
+}
+
+#[test]
+fn read_rejects_bad_input_with_one_line() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 8192);
+    for args in [
+        vec!["read", s(&f), "--pattern", "zigzag"],
+        vec!["read", s(&f), "--bs", "0"],
+        vec!["read", s(&f), "--mode", "psychic"],
+        vec!["read", s(&f), "--cache", "64k"],
+        vec!["read", "/nonexistent/file"],
+        vec!["read", s(dir.path())],
+    ] {
+        let o = ahead(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("ahead: "), "{err}");
+    }
+}
+
+#[test]
+fn bench_writes_rows_for_every_pattern_and_engine() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 16 << 20);
+    let json = dir.path().join("b.json");
+    let plot = dir.path().join("b.svg");
+    let o = ahead(&[
+        "bench",
+        "--file",
+        s(&f),
+        "--quick",
+        "--json",
+        s(&json),
+        "--plot",
+        s(&plot),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let has = |p: &str, e: &str| {
+        rows.iter()
+            .any(|r| r["pattern"] == p && r["engine"] == e && r["mb_s"].as_f64().unwrap() > 0.0)
+    };
+    for p in [
+        "seq",
+        "reverse",
+        "stride",
+        "interleaved-8",
+        "random-64k-qd64",
+        "random-4k",
+        "cached-16k",
+    ] {
+        assert!(has(p, "kernel") && has(p, "ahead"), "{p}");
+    }
+    assert!(has("seq", "device-limit") && has("random-64k-qd64", "device-limit"));
+    assert!(rows
+        .iter()
+        .any(|r| r["pattern"] == "random-4k" && r["p50_us"].as_f64().is_some()));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("÷ kernel") && table.contains("cached-16k"),
+        "{table}"
+    );
+    assert!(std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+}
