@@ -8,9 +8,39 @@
 //!
 //! This crate is the library. Today it holds:
 //!
+//! * [`Engine`] and [`File`] — Direct mode: O_DIRECT reads through ahead's
+//!   own page cache ([`cache`]) and readahead, over an I/O backend ([`io`]:
+//!   io_uring or a thread pool);
 //! * [`ra`] — the readahead policies (pure decision logic) and the
 //!   [`ra::drive`] function that every engine uses to consult them;
+//! * [`sys`] — the system calls that need a thin wrapper;
+//! * [`testdata`] — generated file contents in which every byte is checkable;
 //! * [`units`] — page/byte conversions and human-readable sizes.
+//!
+//! Reading a file in Direct mode:
+//!
+//! ```
+//! use ahead::{Engine, EngineConfig};
+//!
+//! # let dir = ahead::testdata::scratch_root();
+//! # let path = dir.join(format!("ahead-doc-{}", std::process::id()));
+//! # ahead::testdata::write_file(&path, 1 << 20).unwrap();
+//! let engine = Engine::new(EngineConfig::default())?;
+//! let file = engine.open(&path)?;
+//! let mut buf = vec![0u8; 4096];
+//! for offset in (0..file.len()).step_by(4096) {
+//!     let n = file.read_at(&mut buf, offset)?;
+//!     assert_eq!(ahead::testdata::first_mismatch(&buf[..n], offset), None);
+//! }
+//! // The first read missed; readahead brought in the rest.
+//! let stats = file.stats();
+//! assert_eq!(stats.requests, 256);
+//! assert!(stats.hits + stats.late > 200);
+//! # std::fs::remove_file(&path).unwrap();
+//! # Ok::<(), ahead::Error>(())
+//! ```
+//!
+//! A readahead decision on its own:
 //!
 //! ```
 //! use ahead::ra::{self, PolicyKind, RaConfig, Request, Trigger, CacheView};
