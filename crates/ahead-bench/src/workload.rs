@@ -351,27 +351,17 @@ fn percentiles(lat: &mut [f64]) -> (Option<f64>, Option<f64>) {
     (Some(at(0.5)), Some(at(0.99)))
 }
 
-fn kernel_reads(
-    fd: &std::os::fd::OwnedFd,
-    direct: bool,
-    bs: u64,
+/// Serves each offset with `read` (which returns the bytes it got),
+/// timing each request when `lat` is given; returns the bytes in all.
+fn timed_reads(
     offs: &[u64],
     mut lat: Option<&mut Vec<f64>>,
+    mut read: impl FnMut(u64) -> Result<usize, RunError>,
 ) -> Result<u64, RunError> {
-    let file = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
-    let mut aligned = AlignedBuf::new(bs as usize, 4096);
-    let mut plain = vec![0u8; bs as usize];
     let mut bytes = 0;
     for &o in offs {
         let t = Instant::now();
-        let buf = if direct {
-            &mut aligned.as_mut_slice()[..bs as usize]
-        } else {
-            &mut plain[..]
-        };
-        let n = file
-            .read_at(buf, o)
-            .map_err(|e| format!("pread at {o}: {e}"))?;
+        let n = read(o)?;
         if let Some(l) = lat.as_deref_mut() {
             l.push(t.elapsed().as_secs_f64() * 1e6);
         }
@@ -380,30 +370,43 @@ fn kernel_reads(
     Ok(bytes)
 }
 
+fn kernel_reads(
+    fd: &std::os::fd::OwnedFd,
+    direct: bool,
+    bs: u64,
+    offs: &[u64],
+    lat: Option<&mut Vec<f64>>,
+) -> Result<u64, RunError> {
+    let file = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
+    let mut aligned = AlignedBuf::new(bs as usize, 4096);
+    let mut plain = vec![0u8; bs as usize];
+    timed_reads(offs, lat, |o| {
+        let buf = if direct {
+            &mut aligned.as_mut_slice()[..bs as usize]
+        } else {
+            &mut plain[..]
+        };
+        file.read_at(buf, o).map_err(|e| format!("pread at {o}: {e}"))
+    })
+}
+
 fn ahead_reads(
     file: &ahead::File,
     zero_copy: bool,
     bs: u64,
     offs: &[u64],
-    mut lat: Option<&mut Vec<f64>>,
+    lat: Option<&mut Vec<f64>>,
 ) -> Result<u64, RunError> {
     let mut buf = vec![0u8; bs as usize];
-    let mut bytes = 0;
-    for &o in offs {
-        let t = Instant::now();
-        let n = if zero_copy {
+    timed_reads(offs, lat, |o| {
+        if zero_copy {
             let pages = file.read_pages(o, bs as usize).map_err(|e| e.to_string())?;
             std::hint::black_box(pages.chunks().next());
-            pages.len()
+            Ok(pages.len())
         } else {
-            file.read_at(&mut buf, o).map_err(|e| e.to_string())?
-        };
-        if let Some(l) = lat.as_deref_mut() {
-            l.push(t.elapsed().as_secs_f64() * 1e6);
+            file.read_at(&mut buf, o).map_err(|e| e.to_string())
         }
-        bytes += n as u64;
-    }
-    Ok(bytes)
+    })
 }
 
 fn ahead_at_depth(
