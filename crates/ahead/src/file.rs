@@ -457,13 +457,6 @@ impl File {
     fn op_for(&self, plan: &Plan, page: u64) -> ReadOp {
         let shared = &self.inner.engine;
         let len = plan.frames.len() * page as usize;
-        {
-            let mut g = shared.cache.lock();
-            g.count(self.inner.id, |s| {
-                s.device_reads += 1;
-                s.device_bytes += len as u64;
-            });
-        }
         ReadOp {
             fd: self.inner.fd.clone(),
             offset: plan.first * page,

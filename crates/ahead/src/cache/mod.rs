@@ -152,10 +152,6 @@ impl Stats {
             ("evicted_before_use", self.evicted_before_use),
         ]
     }
-
-    fn add(&mut self, f: impl Fn(&mut Stats)) {
-        f(self)
-    }
 }
 
 /// What the cache knows of one file.
@@ -497,6 +493,7 @@ impl Planner<'_> {
     fn plan(&mut self, first: u64, count: u64, speculative: bool, marker: Option<u64>) -> bool {
         let mut planned = 0;
         let mut complete = true;
+        let plans_before = self.plans.len();
         let mut current: Option<Plan> = None;
         for index in first..first + count {
             let slot = self.slot(index);
@@ -559,14 +556,18 @@ impl Planner<'_> {
         if let Some(p) = current {
             self.plans.push(p);
         }
-        let fp = self.inner.files.get_mut(&self.file).unwrap();
-        if speculative {
-            fp.stats.readahead_pages += planned;
-            self.inner.totals.readahead_pages += planned;
-        } else {
-            fp.stats.misses += planned;
-            self.inner.totals.misses += planned;
-        }
+        // Every plan becomes one device read.
+        let reads = (self.plans.len() - plans_before) as u64;
+        let bytes = planned * self.cache.page as u64;
+        self.inner.count(self.file, |s| {
+            s.device_reads += reads;
+            s.device_bytes += bytes;
+            if speculative {
+                s.readahead_pages += planned;
+            } else {
+                s.misses += planned;
+            }
+        });
         complete
     }
 
@@ -750,7 +751,7 @@ impl Inner {
     }
 
     pub(crate) fn count(&mut self, file: FileId, f: impl Fn(&mut Stats)) {
-        self.totals.add(&f);
-        self.file(file).stats.add(&f);
+        f(&mut self.totals);
+        f(&mut self.file(file).stats);
     }
 }
