@@ -386,7 +386,8 @@ fn kernel_reads(
         } else {
             &mut plain[..]
         };
-        file.read_at(buf, o).map_err(|e| format!("pread at {o}: {e}"))
+        file.read_at(buf, o)
+            .map_err(|e| format!("pread at {o}: {e}"))
     })
 }
 

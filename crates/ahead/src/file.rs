@@ -468,9 +468,21 @@ impl File {
         }
     }
 
-    /// Plans and issues the pages of one piece; returns the demand runs (for
+    /// How much of `len` bytes at `offset` one piece serves: at most one
+    /// readahead window, ending on a page boundary.
+    fn piece_len(&self, offset: u64, len: usize) -> usize {
+        let page = self.page();
+        let max = self.inner.engine.max_ra_pages * page - offset % page;
+        (len as u64).min(max) as usize
+    }
+
+    /// Plans and issues the pages of bytes `[offset, offset + len)` (one
+    /// piece, `len > 0`); returns the demand runs (for
     /// hit accounting).
-    fn start_piece(&self, first: u64, count: u64, offset: u64, demand: Issue) -> Vec<(u64, u64)> {
+    fn start_piece(&self, offset: u64, len: u64, demand: Issue) -> Vec<(u64, u64)> {
+        let page = self.page();
+        let first = offset / page;
+        let count = (offset + len).div_ceil(page) - first;
         let plans = self.plan(Request::new(first, count), offset);
         let runs = plans
             .iter()
@@ -557,7 +569,7 @@ impl File {
                         std::thread::sleep(FRAME_RETRY);
                     }
                     let count = (end_page - at).min(self.inner.engine.max_ra_pages);
-                    demand.extend(self.start_piece(at, count, at * page, Issue::Inline));
+                    demand.extend(self.start_piece(at * page, count * page, Issue::Inline));
                     g = shared.cache.lock();
                 }
                 Collected::Failed(at, errno) => {
@@ -575,16 +587,13 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`. Returns fewer only at the
     /// end of the file (0 at or past it).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let page = self.page();
-        let max_piece = self.inner.engine.max_ra_pages * page;
         let mut done = 0usize;
         while done < buf.len() {
             let at = offset + done as u64;
-            let len = ((buf.len() - done) as u64).min(max_piece - at % page);
-            let n =
-                self.read_piece(&mut buf[done..done + len as usize], at, Issue::Inline, None)?;
+            let len = self.piece_len(at, buf.len() - done);
+            let n = self.read_piece(&mut buf[done..done + len], at, Issue::Inline, None)?;
             done += n;
-            if (n as u64) < len {
+            if n < len {
                 break;
             }
         }
@@ -610,10 +619,7 @@ impl File {
         }
         let demand = match started {
             Some(d) => d,
-            None => {
-                let (first, count) = (offset / page, (offset + len).div_ceil(page) - offset / page);
-                self.start_piece(first, count, offset, issue)
-            }
+            None => self.start_piece(offset, len, issue),
         };
         let cache = &self.inner.engine.cache;
         let n = self.walk(offset, len, demand, &mut |frames, done| {
@@ -627,23 +633,17 @@ impl File {
     /// is planned and issued before any is waited for. Returns each
     /// request's result in order.
     pub fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<usize>> {
-        let page = self.page();
-        let max_piece = (self.inner.engine.max_ra_pages * page) as usize;
         let started: Vec<Option<Vec<(u64, u64)>>> = reqs
             .iter()
             .map(|(offset, buf)| {
-                let len = buf.len().min(max_piece - (*offset % page) as usize) as u64;
-                (len > 0).then(|| {
-                    let first = offset / page;
-                    let count = (offset + len).div_ceil(page) - first;
-                    self.start_piece(first, count, *offset, Issue::Backend)
-                })
+                let len = self.piece_len(*offset, buf.len());
+                (len > 0).then(|| self.start_piece(*offset, len as u64, Issue::Backend))
             })
             .collect();
         reqs.iter_mut()
             .zip(started)
             .map(|((offset, buf), s)| {
-                let len = buf.len().min(max_piece - (*offset % page) as usize);
+                let len = self.piece_len(*offset, buf.len());
                 let first = self.read_piece(&mut buf[..len], *offset, Issue::Backend, s)?;
                 let mut n = first;
                 if first == len && len < buf.len() {
@@ -663,13 +663,11 @@ impl File {
     /// lends the cache's pages (pinned, so they stay put) until dropped.
     pub fn read_pages(&self, offset: u64, len: usize) -> Result<Pages> {
         let page = self.page();
-        let len = (len as u64).min(self.inner.engine.max_ra_pages * page - offset % page);
-        let first = offset / page;
-        let count = (offset + len).div_ceil(page).saturating_sub(first);
+        let len = self.piece_len(offset, len) as u64;
         let demand = if len == 0 {
             Vec::new()
         } else {
-            self.start_piece(first, count, offset, Issue::Inline)
+            self.start_piece(offset, len, Issue::Inline)
         };
         let mut lent: Vec<(u32, usize, usize)> = Vec::new();
         let n = self.walk(offset, len, demand, &mut |frames, done| {
@@ -795,53 +793,28 @@ impl Future for ReadAt<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<usize>> {
         let this = self.get_mut();
         let file = this.file;
-        let page = file.page();
-        let max_piece = file.inner.engine.max_ra_pages * page;
-        let len = (this.buf.len() as u64).min(max_piece - this.offset % page);
+        let len = file.piece_len(this.offset, this.buf.len());
         if len == 0 {
             return Poll::Ready(Ok(0));
         }
-        let first = this.offset / page;
-        let end_page = (this.offset + len).div_ceil(page);
         if this.demand.is_none() {
-            this.demand =
-                Some(file.start_piece(first, end_page - first, this.offset, Issue::Backend));
+            this.demand = Some(file.start_piece(this.offset, len as u64, Issue::Backend));
         }
         // Ready when no page of the request is still being read; then the
         // blocking walk below finds everything without waiting (it plans
         // again only what eviction took meanwhile).
         let cache = &file.inner.engine.cache;
         {
+            let page = file.page();
+            let pages = this.offset / page..(this.offset + len as u64).div_ceil(page);
             let mut g = cache.lock();
-            let mut waited = false;
-            let mut i = first;
-            while i < end_page {
-                match cache::collect(cache, &mut g, file.inner.id, i..i + 1, 1, &[], &mut waited) {
-                    Collected::Pages(frames, eof) => {
-                        let ids: Vec<u32> = frames.iter().map(|f| f.0).collect();
-                        drop(g);
-                        cache.unpin(&ids);
-                        g = cache.lock();
-                        if eof || ids.is_empty() {
-                            break;
-                        }
-                    }
-                    Collected::Wait => {
-                        g.add_waker(cx.waker());
-                        return Poll::Pending;
-                    }
-                    _ => break,
-                }
-                i += 1;
+            if g.any_reading(file.inner.id, pages) {
+                g.add_waker(cx.waker());
+                return Poll::Pending;
             }
         }
         let demand = this.demand.take();
-        let r = file.read_piece(
-            &mut this.buf[..len as usize],
-            this.offset,
-            Issue::Inline,
-            demand,
-        );
+        let r = file.read_piece(&mut this.buf[..len], this.offset, Issue::Inline, demand);
         if let Ok(n) = r {
             cache.lock().count(file.inner.id, |s| {
                 s.requests += 1;

@@ -744,6 +744,14 @@ impl Inner {
         self.files.get_mut(&id).expect("open file")
     }
 
+    /// Whether any page of `pages` of `file` has a read in flight.
+    pub(crate) fn any_reading(&mut self, file: FileId, pages: std::ops::Range<u64>) -> bool {
+        let fp = self.file(file);
+        pages
+            .into_iter()
+            .any(|i| matches!(fp.pages.get(&i), Some(Slot::Reading { .. })))
+    }
+
     pub(crate) fn add_waker(&mut self, w: &Waker) {
         if !self.wakers.iter().any(|x| x.will_wake(w)) {
             self.wakers.push(w.clone());
