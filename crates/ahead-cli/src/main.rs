@@ -4,6 +4,7 @@
 mod bench;
 mod cat;
 mod read;
+mod resident;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,12 @@ enum Command {
     Cat(cat::CatArgs),
     /// Simulate readahead policies on modelled devices (the seeds' benchmarks).
     Sim(sim::SimArgs),
+    /// Page-cache residency of files: cached, dirty, writeback, evicted pages.
+    Stat(resident::StatArgs),
+    /// Drop files' clean pages from the kernel page cache.
+    Evict(resident::EvictArgs),
+    /// Read the parts of files that are not cached yet into the page cache.
+    Warm(resident::WarmArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +46,9 @@ fn main() -> ExitCode {
         Command::Read(args) => read::run(args).map(|()| true),
         Command::Cat(args) => cat::run(args),
         Command::Sim(args) => sim::run(args).map(|()| true),
+        Command::Stat(args) => resident::stat(args),
+        Command::Evict(args) => resident::evict(args),
+        Command::Warm(args) => resident::warm(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

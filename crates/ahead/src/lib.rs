@@ -67,6 +67,7 @@ mod error;
 mod file;
 pub mod io;
 pub mod ra;
+pub mod residency;
 pub mod sys;
 pub mod testdata;
 pub mod units;

@@ -6,7 +6,7 @@
 //! posix_fadvise(2).
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{Advice, Mode, OFlags, StatxFlags};
@@ -61,4 +61,214 @@ pub fn fadvise(fd: impl AsFd, offset: u64, len: u64, advice: Advice) -> io::Resu
         std::num::NonZeroU64::new(len),
         advice,
     )?)
+}
+
+/// The kernel's page-cache counters for a byte range of a file, as
+/// cachestat(2) (Linux 6.5) reports them, in pages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStat {
+    /// Pages in the page cache.
+    pub cached: u64,
+    /// Cached pages that are dirty.
+    pub dirty: u64,
+    /// Cached pages under writeback.
+    pub writeback: u64,
+    /// Pages evicted from the cache (shadow entries still held).
+    pub evicted: u64,
+    /// Evicted pages that would still be in memory had the cache been a
+    /// little larger (the kernel's workingset "refault distance" test).
+    pub recently_evicted: u64,
+}
+
+/// cachestat's system call number: one number on every architecture that
+/// uses the generic table (alpha, the exception, gets ENOSYS from the probe).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// cachestat(2) on `len` bytes at `offset` (`len` 0 means to the end of the
+/// file). ENOSYS on kernels before 6.5, EPERM where the caller may not see
+/// the file's residency (Linux 6.14+ asks for write access or ownership, as
+/// mincore does), EOPNOTSUPP on hugetlbfs.
+pub fn cachestat(fd: impl AsFd, offset: u64, len: u64) -> io::Result<CacheStat> {
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    let range = Range { off: offset, len };
+    let mut out = Stat::default();
+    // SAFETY: cachestat reads `range` and writes `out`, both live and laid out
+    // as <linux/mman.h> declares them; the fd is borrowed for the call.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_fd().as_raw_fd(),
+            &range as *const Range,
+            &mut out as *mut Stat,
+            0u32,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(CacheStat {
+        cached: out.nr_cache,
+        dirty: out.nr_dirty,
+        writeback: out.nr_writeback,
+        evicted: out.nr_evicted,
+        recently_evicted: out.nr_recently_evicted,
+    })
+}
+
+/// mincore(2) over a shared read-only mapping of `len` bytes of `fd` at
+/// `offset` (page aligned): one bool per page, true when the page is in the
+/// page cache. The caller must have checked that the kernel tells the truth
+/// for this file (see [`crate::residency`]): for files the caller can neither
+/// write nor owns, mincore reports every page as resident.
+pub fn mincore(fd: impl AsFd, offset: u64, len: usize, out: &mut Vec<bool>) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let page = rustix::param::page_size();
+    debug_assert_eq!(offset % page as u64, 0);
+    // SAFETY: a fresh shared read-only mapping that nothing else references;
+    // it is only passed to mincore (never read) and unmapped below.
+    let addr = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            rustix::mm::ProtFlags::READ,
+            rustix::mm::MapFlags::SHARED,
+            fd,
+            offset,
+        )?
+    };
+    let pages = len.div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `addr` maps `len` bytes; `vec` has one byte per page of it.
+    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: unmapping exactly what was mapped above.
+    unsafe {
+        let _ = rustix::mm::munmap(addr, len);
+    }
+    if rc != 0 {
+        return Err(err);
+    }
+    out.extend(vec.iter().map(|b| b & 1 != 0));
+    Ok(())
+}
+
+/// Whether the kernel will tell this process the truth about `fd`'s
+/// residency through mincore(2): it does for the file's owner, for a caller
+/// with CAP_FOWNER, and for one allowed to write the file (mm/mincore.c
+/// `can_do_mincore`). Approximated with the effective uid and
+/// faccessat(W_OK, AT_EACCESS).
+pub fn may_see_residency(fd: impl AsFd) -> bool {
+    let fd = fd.as_fd();
+    let euid = rustix::process::geteuid();
+    if euid.is_root() {
+        return true;
+    }
+    match rustix::fs::fstat(fd) {
+        Ok(st) if st.st_uid == euid.as_raw() => return true,
+        Ok(_) => {}
+        Err(_) => return false,
+    }
+    rustix::fs::accessat(
+        fd,
+        "",
+        rustix::fs::Access::WRITE_OK,
+        rustix::fs::AtFlags::EMPTY_PATH | rustix::fs::AtFlags::EACCESS,
+    )
+    .is_ok()
+}
+
+/// Starts (`wait` false) or completes (`wait` true: wait for writeback
+/// already under way, write, wait again) writeback of a byte range
+/// (sync_file_range(2)). Not a durability guarantee: metadata is not written.
+pub fn sync_range(fd: impl AsFd, offset: u64, len: u64, wait: bool) -> io::Result<()> {
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    // SAFETY: plain syscall on a borrowed fd.
+    let rc = unsafe {
+        libc::sync_file_range(
+            fd.as_fd().as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            flags,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Drops the kernel's clean cached pages of a byte range (`len` 0: to the
+/// end), posix_fadvise(2) `POSIX_FADV_DONTNEED`.
+pub fn evict_range(fd: impl AsFd, offset: u64, len: u64) -> io::Result<()> {
+    fadvise(fd, offset, len, Advice::DontNeed)
+}
+
+/// `RWF_DONTCACHE` (Linux 6.14): buffered I/O whose pages leave the cache
+/// once read or written back. Pages that were cached before are left alone.
+pub const RWF_DONTCACHE: i32 = libc::RWF_DONTCACHE;
+
+/// preadv2(2) into `buf` with `flags` (RWF_*). EOPNOTSUPP where the file
+/// system does not support a flag, EINVAL where the kernel does not know it.
+pub fn pread_flags(fd: impl AsFd, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec describing `buf`, valid for the call.
+    let n = unsafe {
+        libc::preadv2(
+            fd.as_fd().as_raw_fd(),
+            &iov,
+            1,
+            offset as libc::off_t,
+            flags,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// pwritev2(2) of `buf` with `flags` (RWF_*); same errors as [`pread_flags`].
+pub fn pwrite_flags(fd: impl AsFd, buf: &[u8], offset: u64, flags: i32) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: one iovec describing `buf`, only read by the kernel.
+    let n = unsafe {
+        libc::pwritev2(
+            fd.as_fd().as_raw_fd(),
+            &iov,
+            1,
+            offset as libc::off_t,
+            flags,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
 }

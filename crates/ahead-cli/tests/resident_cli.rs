@@ -1,0 +1,181 @@
+//! `ahead stat`, `ahead evict` and `ahead warm` as a user runs them, checked
+//! against the kernel's own counters and util-linux fincore.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const PAGE: u64 = 4096;
+
+fn ahead(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(args)
+        .output()
+        .expect("run ahead")
+}
+
+fn json(o: &Output) -> Value {
+    assert!(
+        o.status.success(),
+        "ahead failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap()
+}
+
+fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    ahead::testdata::write_file(&p, size).unwrap();
+    p
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn cached(path: &Path) -> u64 {
+    let v = json(&ahead(&["stat", "--json", s(path)]));
+    v["files"][0]["cached"].as_u64().expect("known residency")
+}
+
+#[test]
+fn evict_warm_and_stat_tell_the_same_story() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 1024 * PAGE + 10);
+    let v = json(&ahead(&["evict", "--json", s(&f)]));
+    assert_eq!(v["files"][0]["cached_after"], 0, "{v}");
+    assert_eq!(v["files"][0]["pages"], 1025);
+
+    // Warm 64 pages in the middle; only they are read and cached.
+    let v = json(&ahead(&["warm", "--json", "--range", "256k-512k", s(&f)]));
+    let row = &v["files"][0];
+    assert_eq!(row["bytes_read"], 64 * PAGE, "{v}");
+    assert_eq!(row["cached_before"], 0);
+    assert_eq!(row["cached_after"], 64);
+    assert_eq!(cached(&f), 64);
+
+    // The map shows exactly that run.
+    let v = json(&ahead(&["stat", "--json", "--map", s(&f)]));
+    assert_eq!(v["files"][0]["cached_runs"], serde_json::json!([[64, 64]]));
+    let text = ahead(&["stat", "--map", s(&f)]);
+    let out = String::from_utf8_lossy(&text.stdout);
+    assert!(out.contains('O') && out.contains('.'), "{out}");
+
+    // Warming the whole file reads only the rest.
+    let v = json(&ahead(&["warm", "--json", s(&f)]));
+    assert_eq!(v["files"][0]["bytes_read"], 1024 * PAGE + 10 - 64 * PAGE);
+    assert_eq!(cached(&f), 1025);
+    let v = json(&ahead(&["warm", "--json", s(&f)]));
+    assert_eq!(v["files"][0]["bytes_read"], 0);
+
+    let v = json(&ahead(&["evict", "--json", s(&f)]));
+    assert_eq!(v["files"][0]["cached_before"], 1025);
+    assert_eq!(v["files"][0]["cached_after"], 0);
+}
+
+#[test]
+fn stat_agrees_with_fincore() {
+    if Command::new("fincore").arg("--version").output().is_err() {
+        eprintln!("SKIP stat_agrees_with_fincore: util-linux fincore is not installed");
+        return;
+    }
+    let dir = scratch();
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| gen(dir.path(), &format!("f{i}"), (300 + 100 * i) * PAGE + 1))
+        .collect();
+    for (i, f) in files.iter().enumerate() {
+        json(&ahead(&["evict", "--json", s(f)]));
+        let range = format!("{}k-{}k", 16 * i, 16 * i + 400);
+        json(&ahead(&["warm", "--json", "--range", &range, s(f)]));
+    }
+    for f in &files {
+        let o = Command::new("fincore")
+            .args(["--raw", "--noheadings", "--output", "PAGES", s(f)])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        let theirs: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+        assert_eq!(cached(f), theirs, "{}", f.display());
+        assert!(theirs > 0);
+    }
+    // -R on the directory totals the same pages.
+    let v = json(&ahead(&["stat", "--json", "-R", s(dir.path())]));
+    let sum: u64 = files.iter().map(|f| cached(f)).sum();
+    assert_eq!(v["total"]["cached"], sum);
+    assert_eq!(v["total"]["files"], 3);
+}
+
+#[test]
+fn residency_the_kernel_hides_is_unknown_not_invented() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP residency_the_kernel_hides_is_unknown_not_invented: needs root to run a command as another user");
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIP residency_the_kernel_hides_is_unknown_not_invented: setpriv is not installed"
+        );
+        return;
+    }
+    let dir = scratch();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let f = gen(dir.path(), "f", 64 * PAGE);
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_ahead"))
+        .args(["stat", "--json", s(&f)])
+        .output()
+        .unwrap();
+    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Permission denied") {
+        eprintln!("SKIP residency_the_kernel_hides_is_unknown_not_invented: user 65534 cannot run the test binary here");
+        return;
+    }
+    let v = json(&o);
+    let row = &v["files"][0];
+    assert!(row["cached"].is_null(), "{v}");
+    assert!(
+        row["unknown"].as_str().unwrap().contains("permission"),
+        "{v}"
+    );
+    assert_eq!(row["pages"], 64);
+    assert_eq!(v["total"]["unknown_files"], 1);
+}
+
+#[test]
+fn bad_paths_get_one_clear_line_each_and_a_failing_exit() {
+    let dir = scratch();
+    let good = gen(dir.path(), "good", 3 * PAGE);
+    let missing = dir.path().join("missing");
+    let fifo = dir.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    for cmd in ["stat", "evict", "warm"] {
+        let o = ahead(&[cmd, s(&missing), s(dir.path()), s(&fifo), s(&good)]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("No such file"), "{cmd}: {err}");
+        assert!(err.contains("is a directory (use -R)"), "{cmd}: {err}");
+        assert!(err.contains("not a regular file"), "{cmd}: {err}");
+        // The good file is still handled.
+        assert!(String::from_utf8_lossy(&o.stdout).contains("good"), "{cmd}");
+    }
+    let o = ahead(&["warm", "--range", "1m-", s(&good)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("past the end"));
+    let o = ahead(&["stat", "--map", s(&good), s(&good)]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("exactly one file"));
+}

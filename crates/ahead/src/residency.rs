@@ -1,0 +1,426 @@
+//! Page-cache residency of ordinary files: how much of a file the kernel
+//! holds in memory, which pages, and tools to change it (evict, warm).
+//!
+//! Two sources, as vmtouch and util-linux fincore use:
+//! * cachestat(2) (Linux 6.5) gives counts for a byte range without mapping
+//!   the file: cached, dirty, writeback, evicted and recently evicted pages;
+//! * mincore(2) over a shared mapping gives a bit per page (the only way to
+//!   get a page map), but counts only cached pages.
+//!
+//! Both are honest only for a caller who owns the file or may write it (Linux
+//! 6.14+ returns EPERM from cachestat otherwise; mincore has always answered
+//! "resident" for every page of such a file, a lie). In that case residency is
+//! [`Seen::Unknown`], never a made-up number.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+/// Which system call a [`Residency`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// cachestat(2): all counters present.
+    Cachestat,
+    /// mincore(2): `cached` only.
+    Mincore,
+}
+
+impl Source {
+    /// The name printed by the CLI and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Cachestat => "cachestat",
+            Source::Mincore => "mincore",
+        }
+    }
+}
+
+/// Residency counts of a byte range, in pages of the system page size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Residency {
+    /// Pages the range covers (up to the end of the file).
+    pub pages: u64,
+    /// Pages in the page cache.
+    pub cached: u64,
+    /// Dirty cached pages (cachestat only).
+    pub dirty: Option<u64>,
+    /// Cached pages under writeback (cachestat only).
+    pub writeback: Option<u64>,
+    /// Pages evicted whose shadow entries the kernel still holds (cachestat).
+    pub evicted: Option<u64>,
+    /// Evicted pages that were recently in use (cachestat).
+    pub recently_evicted: Option<u64>,
+    /// Where the counts came from.
+    pub source: Source,
+}
+
+/// What could be seen of a range's residency.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// The kernel told the truth.
+    Known(Residency),
+    /// The kernel would not tell (or would lie).
+    Unknown {
+        /// The range's size in pages.
+        pages: u64,
+        /// A one-line reason.
+        why: String,
+    },
+}
+
+impl Seen {
+    /// The counts, if known.
+    pub fn known(&self) -> Option<&Residency> {
+        match self {
+            Seen::Known(r) => Some(r),
+            Seen::Unknown { .. } => None,
+        }
+    }
+
+    /// Pages the range covers, known or not.
+    pub fn pages(&self) -> u64 {
+        match self {
+            Seen::Known(r) => r.pages,
+            Seen::Unknown { pages, .. } => *pages,
+        }
+    }
+}
+
+/// The system page size in bytes, the unit of every count here.
+pub fn page_size() -> u64 {
+    rustix::param::page_size() as u64
+}
+
+/// Set once cachestat has answered ENOSYS: later calls go straight to mincore.
+static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
+
+/// Whether this kernel has cachestat(2), probed with `fd` (any open file).
+pub fn cachestat_supported(fd: impl AsFd) -> bool {
+    match sys::cachestat(fd, 0, 1) {
+        Ok(_) => true,
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOSYS)),
+    }
+}
+
+/// Mapping window for mincore: bounds the address space one call maps.
+const MINCORE_CHUNK: u64 = 1 << 30;
+
+fn file_size(fd: impl AsFd) -> io::Result<u64> {
+    let st = rustix::fs::fstat(fd.as_fd())?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice {
+        return Ok(rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))?);
+    }
+    Ok(st.st_size as u64)
+}
+
+/// The page range `[first, end)` covering `len` bytes at `offset`, clipped
+/// to `size`.
+fn page_span(offset: u64, len: u64, size: u64) -> (u64, u64) {
+    let page = page_size();
+    let end = offset.saturating_add(len).min(size);
+    if offset >= end {
+        return (offset / page, offset / page);
+    }
+    (offset / page, end.div_ceil(page))
+}
+
+/// Residency of `len` bytes at `offset` of `fd` (`len` `u64::MAX` for the
+/// rest of the file): cachestat, else mincore, else [`Seen::Unknown`].
+/// Errors are those of fstat or of mapping the file.
+pub fn of_range(fd: impl AsFd, offset: u64, len: u64) -> io::Result<Seen> {
+    let fd = fd.as_fd();
+    let size = file_size(fd)?;
+    let (first, end) = page_span(offset, len, size);
+    let pages = end - first;
+    if pages == 0 {
+        return Ok(Seen::Known(Residency {
+            pages: 0,
+            cached: 0,
+            dirty: Some(0),
+            writeback: Some(0),
+            evicted: Some(0),
+            recently_evicted: Some(0),
+            source: Source::Cachestat,
+        }));
+    }
+    let page = page_size();
+    if !NO_CACHESTAT.load(Ordering::Relaxed) {
+        match sys::cachestat(fd, first * page, pages * page) {
+            Ok(st) => {
+                return Ok(Seen::Known(Residency {
+                    pages,
+                    cached: st.cached,
+                    dirty: Some(st.dirty),
+                    writeback: Some(st.writeback),
+                    evicted: Some(st.evicted),
+                    recently_evicted: Some(st.recently_evicted),
+                    source: Source::Cachestat,
+                }))
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                return Ok(Seen::Unknown {
+                    pages,
+                    why: "cachestat: permission denied (residency is shown only to the owner \
+                          or to who may write the file)"
+                        .into(),
+                });
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                NO_CACHESTAT.store(true, Ordering::Relaxed);
+            }
+            // EOPNOTSUPP (hugetlbfs) and anything else: try mincore.
+            Err(_) => {}
+        }
+    }
+    match page_map(fd, first * page, pages * page)? {
+        Some(map) => Ok(Seen::Known(Residency {
+            pages,
+            cached: map.iter().filter(|&&c| c).count() as u64,
+            dirty: None,
+            writeback: None,
+            evicted: None,
+            recently_evicted: None,
+            source: Source::Mincore,
+        })),
+        None => Ok(Seen::Unknown {
+            pages,
+            why: "mincore reports every page cached for a file the caller neither owns nor \
+                  may write"
+                .into(),
+        }),
+    }
+}
+
+/// One bool per page of `len` bytes at `offset` (rounded out to pages,
+/// clipped to the file), true when cached, from mincore(2). `None` when the
+/// kernel would not tell the truth for this caller.
+pub fn page_map(fd: impl AsFd, offset: u64, len: u64) -> io::Result<Option<Vec<bool>>> {
+    let fd = fd.as_fd();
+    if !sys::may_see_residency(fd) {
+        return Ok(None);
+    }
+    let size = file_size(fd)?;
+    let page = page_size();
+    let (first, end) = page_span(offset, len, size);
+    let mut map = Vec::with_capacity((end - first) as usize);
+    let mut at = first * page;
+    let stop = end * page;
+    while at < stop {
+        let n = (stop - at).min(MINCORE_CHUNK);
+        sys::mincore(fd, at, n as usize, &mut map)?;
+        at += n;
+    }
+    Ok(Some(map))
+}
+
+/// Runs of equal values in a page map: `(first page, pages)` of every run
+/// where the map is `value`, relative to the map's start.
+pub fn runs(map: &[bool], value: bool) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < map.len() {
+        if map[i] != value {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < map.len() && map[i] == value {
+            i += 1;
+        }
+        out.push((start as u64, (i - start) as u64));
+    }
+    out
+}
+
+/// Drops the clean cached pages of `len` bytes at `offset` (`len` 0: to the
+/// end of the file), posix_fadvise(DONTNEED). Dirty pages and pages mapped
+/// by a process stay.
+pub fn evict(fd: impl AsFd, offset: u64, len: u64) -> io::Result<()> {
+    sys::evict_range(fd, offset, len)
+}
+
+/// What [`warm`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WarmReport {
+    /// Bytes read from the file (the uncached runs, slightly widened).
+    pub bytes_read: u64,
+    /// Read requests issued.
+    pub reads: u64,
+    /// Whether the page map was seen (else the whole range was read).
+    pub map_seen: bool,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+/// Uncached runs closer than this are read as one (reading a few cached
+/// pages costs a copy, a second request costs a seek).
+const WARM_MERGE_GAP: u64 = 64 << 10;
+/// Largest single read `warm` issues.
+const WARM_IO: u64 = 1 << 20;
+/// Reads in flight.
+const WARM_DEPTH: usize = 4;
+
+/// Brings `len` bytes at `offset` of `fd` (`u64::MAX`: to the end) into the
+/// kernel's page cache, reading only the runs that are not cached yet, in
+/// reads of up to 1 MiB, four at a time. The fd's own kernel readahead is
+/// switched off (POSIX_FADV_RANDOM) so nothing beyond the runs is read.
+pub fn warm(fd: impl AsFd, offset: u64, len: u64) -> io::Result<WarmReport> {
+    let fd = fd.as_fd();
+    let started = Instant::now();
+    let size = file_size(fd)?;
+    let page = page_size();
+    let (first, end) = page_span(offset, len, size);
+    let (ranges, map_seen) = match page_map(fd, first * page, (end - first) * page)? {
+        Some(map) => {
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (start, n) in runs(&map, false) {
+                let (s, e) = ((first + start) * page, (first + start + n) * page);
+                match merged.last_mut() {
+                    Some(last) if s - last.1 <= WARM_MERGE_GAP => last.1 = e,
+                    _ => merged.push((s, e)),
+                }
+            }
+            (merged, true)
+        }
+        None => (vec![(first * page, end * page)], false),
+    };
+    let mut pieces = Vec::new();
+    for (s, e) in ranges {
+        let e = e.min(size);
+        let mut at = s;
+        while at < e {
+            let n = (e - at).min(WARM_IO);
+            pieces.push((at, n));
+            at += n;
+        }
+    }
+    sys::fadvise(fd, 0, 0, rustix::fs::Advice::Random)?;
+    let next = AtomicU64::new(0);
+    let bytes = AtomicU64::new(0);
+    let result: io::Result<()> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WARM_DEPTH.min(pieces.len()))
+            .map(|_| {
+                s.spawn(|| -> io::Result<()> {
+                    let mut buf = vec![0u8; WARM_IO as usize];
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        let Some(&(at, n)) = pieces.get(i) else {
+                            return Ok(());
+                        };
+                        let mut done = 0;
+                        while done < n {
+                            match sys::pread_flags(
+                                fd,
+                                &mut buf[done as usize..n as usize],
+                                at + done,
+                                0,
+                            ) {
+                                Ok(0) => break, // truncated meanwhile
+                                Ok(k) => done += k as u64,
+                                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                                Err(e) => return Err(e),
+                            }
+                        }
+                        bytes.fetch_add(done, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("warm worker panicked"))
+    });
+    let _ = sys::fadvise(fd, 0, 0, rustix::fs::Advice::Normal);
+    result?;
+    Ok(WarmReport {
+        bytes_read: bytes.into_inner(),
+        reads: pieces.len() as u64,
+        map_seen,
+        elapsed: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+
+    fn file(len: u64) -> (tempfile::TempDir, std::fs::File) {
+        let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+        let path = dir.path().join("f");
+        testdata::write_file(&path, len).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        (dir, f)
+    }
+
+    fn cached(f: &std::fs::File) -> u64 {
+        of_range(f, 0, u64::MAX).unwrap().known().unwrap().cached
+    }
+
+    #[test]
+    fn runs_of_a_map() {
+        let map = [true, true, false, true, false, false];
+        assert_eq!(runs(&map, true), vec![(0, 2), (3, 1)]);
+        assert_eq!(runs(&map, false), vec![(2, 1), (4, 2)]);
+        assert!(runs(&[], true).is_empty());
+    }
+
+    #[test]
+    fn evict_then_warm_a_range_then_everything() {
+        let page = page_size();
+        let (_d, f) = file(256 * page + 100);
+        evict(&f, 0, 0).unwrap();
+        let before = of_range(&f, 0, u64::MAX).unwrap();
+        let r = before.known().unwrap();
+        assert_eq!(r.pages, 257);
+        assert_eq!(r.cached, 0, "{r:?}");
+
+        let w = warm(&f, 10 * page, 20 * page).unwrap();
+        assert!(w.map_seen);
+        assert_eq!(w.bytes_read, 20 * page);
+        assert_eq!(cached(&f), 20);
+        let map = page_map(&f, 0, u64::MAX).unwrap().unwrap();
+        assert_eq!(runs(&map, true), vec![(10, 20)]);
+        // The range's own counts, from both sources.
+        let part = of_range(&f, 5 * page, 10 * page).unwrap();
+        assert_eq!(part.known().unwrap().cached, 5);
+
+        // Warming everything reads only what is missing (the tail page is
+        // partial: 100 bytes).
+        let w = warm(&f, 0, u64::MAX).unwrap();
+        assert_eq!(w.bytes_read, 236 * page + 100);
+        assert_eq!(cached(&f), 257);
+        let w = warm(&f, 0, u64::MAX).unwrap();
+        assert_eq!(w.bytes_read, 0);
+
+        evict(&f, 0, 100 * page).unwrap();
+        assert_eq!(cached(&f), 157);
+    }
+
+    #[test]
+    fn mincore_and_cachestat_agree() {
+        let page = page_size();
+        let (_d, f) = file(64 * page);
+        evict(&f, 0, 0).unwrap();
+        warm(&f, 3 * page, 7 * page).unwrap();
+        warm(&f, 40 * page, page).unwrap();
+        let map = page_map(&f, 0, u64::MAX).unwrap().unwrap();
+        let from_map = map.iter().filter(|&&c| c).count() as u64;
+        assert_eq!(from_map, 8);
+        match sys::cachestat(&f, 0, 0) {
+            Ok(st) => assert_eq!(st.cached, from_map),
+            Err(e) => eprintln!("SKIP cachestat half: {e}"),
+        }
+    }
+
+    #[test]
+    fn an_empty_file_has_no_pages() {
+        let (_d, f) = file(0);
+        let seen = of_range(&f, 0, u64::MAX).unwrap();
+        assert_eq!(seen.pages(), 0);
+        assert_eq!(warm(&f, 0, u64::MAX).unwrap().bytes_read, 0);
+    }
+}
