@@ -3,6 +3,7 @@
 
 mod bench;
 mod cat;
+mod copy;
 mod read;
 mod resident;
 mod sim;
@@ -31,6 +32,8 @@ enum Command {
     Cat(cat::CatArgs),
     /// Simulate readahead policies on modelled devices (the seeds' benchmarks).
     Sim(sim::SimArgs),
+    /// Copy a file fast, sparse-aware, resumable, leaving the page cache as it was.
+    Copy(copy::CopyArgs),
     /// Page-cache residency of files: cached, dirty, writeback, evicted pages.
     Stat(resident::StatArgs),
     /// Drop files' clean pages from the kernel page cache.
@@ -41,7 +44,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Copy(args) = cli.command {
+        return copy::run(args).unwrap_or_else(|e| {
+            eprintln!("ahead: {e:#}");
+            ExitCode::FAILURE
+        });
+    }
     let result = match cli.command {
+        Command::Copy(_) => unreachable!("handled above"),
         Command::Bench(args) => bench::run(args).map(|()| true),
         Command::Read(args) => read::run(args).map(|()| true),
         Command::Cat(args) => cat::run(args),

@@ -32,6 +32,23 @@ pub enum Error {
     },
     /// An engine setting is out of range.
     Config(String),
+    /// The operation was refused to protect data (copying a file onto
+    /// itself, writing to a mounted device, ...).
+    Refused {
+        /// The file concerned.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A copy's checksums differ: the destination is not the source.
+    Mismatch {
+        /// The destination.
+        path: PathBuf,
+        /// The source's checksum.
+        src: String,
+        /// The destination's checksum.
+        dst: String,
+    },
 }
 
 /// The library's result type.
@@ -74,6 +91,12 @@ impl fmt::Display for Error {
             }
             Error::Unsupported { path, why } => write!(f, "{}: {why}", path.display()),
             Error::Config(why) => write!(f, "invalid engine setting: {why}"),
+            Error::Refused { path, why } => write!(f, "{}: refused: {why}", path.display()),
+            Error::Mismatch { path, src, dst } => write!(
+                f,
+                "{}: verification failed: source {src}, destination {dst}",
+                path.display()
+            ),
         }
     }
 }
@@ -92,7 +115,8 @@ impl From<Error> for io::Error {
         let kind = match &e {
             Error::Io { source, .. } => source.kind(),
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
-            Error::Config(_) => io::ErrorKind::InvalidInput,
+            Error::Config(_) | Error::Refused { .. } => io::ErrorKind::InvalidInput,
+            Error::Mismatch { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
     }

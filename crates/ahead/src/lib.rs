@@ -63,6 +63,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
+pub mod copy;
 mod error;
 mod file;
 pub mod io;

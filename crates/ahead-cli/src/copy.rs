@@ -1,0 +1,255 @@
+//! `ahead copy SRC DST`: the library's copy engine with a progress bar, a
+//! JSON summary and exit codes that say what happened.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ahead::copy::{CacheMode, CopyOptions, CopyReport, Progress};
+use ahead::units::{format_size, parse_size};
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+/// Exit status of a copy whose verification found different checksums.
+pub const EXIT_MISMATCH: u8 = 3;
+/// Exit status of a copy refused to protect data (same file, mounted
+/// device, directory, a stream with --resume, a changed source).
+pub const EXIT_REFUSED: u8 = 4;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Cache {
+    /// Leave the page cache as it was (source pages cached before stay,
+    /// nothing new stays).
+    Neutral,
+    /// An ordinary copy: the kernel keeps what it caches.
+    Keep,
+    /// Drop every page the copy touched.
+    Drop,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum ProgressKind {
+    /// A bar on a terminal, nothing otherwise.
+    Auto,
+    /// Always a bar (on stderr).
+    Bar,
+    /// JSON lines on stderr, twice a second.
+    Json,
+    /// Nothing.
+    None,
+}
+
+/// Arguments of `ahead copy`.
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    /// Source: a file, a block device, or a pipe (copied as a stream).
+    src: PathBuf,
+    /// Destination: a file (replaced atomically), a directory to copy into,
+    /// or a block device (written in place; refused while mounted).
+    dst: PathBuf,
+    /// What the copy does to the kernel's page cache.
+    #[arg(long, value_enum, default_value = "neutral")]
+    cache: Cache,
+    /// Do not fsync the destination at the end.
+    #[arg(long)]
+    no_sync: bool,
+    /// Continue an interrupted copy from its journal.
+    #[arg(long)]
+    resume: bool,
+    /// Read both sides back and compare BLAKE3 checksums.
+    #[arg(long)]
+    verify: bool,
+    /// Print a JSON summary on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Progress display.
+    #[arg(long, value_enum, default_value = "auto")]
+    progress: ProgressKind,
+    /// Bytes per chunk (default: the device's largest request, 1–8 MiB).
+    #[arg(long, value_parser = parse_size)]
+    chunk: Option<u64>,
+    /// Chunks in flight.
+    #[arg(long, default_value_t = 4)]
+    depth: usize,
+    /// Write runs of zeroes instead of leaving holes.
+    #[arg(long)]
+    no_sparse: bool,
+    /// Do not try a reflink (FICLONE) first.
+    #[arg(long)]
+    no_reflink: bool,
+    /// Do not use RWF_DONTCACHE (use the residency/window fallbacks).
+    #[arg(long)]
+    no_dontcache: bool,
+    /// Do not use O_DIRECT for uncached reads and aligned writes.
+    #[arg(long)]
+    no_direct: bool,
+    /// At most this many bytes per second (e.g. 50m).
+    #[arg(long, value_parser = parse_size)]
+    bwlimit: Option<u64>,
+}
+
+impl CopyArgs {
+    fn options(&self) -> CopyOptions {
+        CopyOptions {
+            cache: match self.cache {
+                Cache::Neutral => CacheMode::Neutral,
+                Cache::Keep => CacheMode::Keep,
+                Cache::Drop => CacheMode::Drop,
+            },
+            sync: !self.no_sync,
+            verify: self.verify,
+            resume: self.resume,
+            chunk: self.chunk,
+            depth: self.depth.max(1),
+            sparse: !self.no_sparse,
+            reflink: !self.no_reflink,
+            dontcache: !self.no_dontcache,
+            direct: !self.no_direct,
+            bwlimit: self.bwlimit,
+        }
+    }
+}
+
+fn mb_s(bytes: u64, d: Duration) -> f64 {
+    let s = d.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 / s / 1e6
+    } else {
+        0.0
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or_else(|| "unknown".into(), |v| v.to_string())
+}
+
+/// The JSON summary of a copy (documented in the README).
+pub fn summary(r: &CopyReport) -> serde_json::Value {
+    json!({
+        "dst": r.dst,
+        "bytes": r.bytes,
+        "data_bytes": r.data_bytes,
+        "holes_bytes": r.holes_bytes,
+        "resumed_bytes": r.resumed_bytes,
+        "elapsed_s": r.elapsed.as_secs_f64(),
+        "mb_s": mb_s(r.bytes, r.elapsed),
+        "src_cached_pages_before": r.src_cached_before,
+        "src_cached_pages_after": r.src_cached_after,
+        "dst_cached_pages_after": r.dst_cached_after,
+        "checksum": r.checksum,
+        "method": r.method,
+        "read_path": r.read_path,
+        "write_path": r.write_path,
+    })
+}
+
+/// Runs `ahead copy`.
+pub fn run(args: CopyArgs) -> Result<ExitCode> {
+    let opts = args.options();
+    let kind = match args.progress {
+        ProgressKind::Auto if std::io::stderr().is_terminal() => ProgressKind::Bar,
+        ProgressKind::Auto => ProgressKind::None,
+        k => k,
+    };
+    let bar = (kind == ProgressKind::Bar).then(|| {
+        let b = ProgressBar::no_length();
+        b.set_style(
+            ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )
+            .expect("valid template"),
+        );
+        b
+    });
+    let started = Instant::now();
+    let last_line = Mutex::new(Instant::now() - Duration::from_secs(1));
+    let on_progress = |p: Progress| match kind {
+        ProgressKind::Bar => {
+            if let Some(b) = &bar {
+                if let Some(t) = p.total {
+                    b.set_length(t);
+                }
+                b.set_position(p.done);
+            }
+        }
+        ProgressKind::Json => {
+            let mut last = last_line.lock().expect("progress lock");
+            let done = p.total.is_some_and(|t| p.done >= t);
+            if last.elapsed() >= Duration::from_millis(500) || done {
+                *last = Instant::now();
+                let e = started.elapsed();
+                eprintln!(
+                    "{}",
+                    json!({
+                        "progress": true,
+                        "done": p.done,
+                        "total": p.total,
+                        "elapsed_s": e.as_secs_f64(),
+                        "mb_s": mb_s(p.done, e),
+                    })
+                );
+            }
+        }
+        _ => {}
+    };
+    let result = ahead::copy::copy(&args.src, &args.dst, &opts, &on_progress);
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ahead: {e}");
+            return Ok(ExitCode::from(match e {
+                ahead::Error::Mismatch { .. } => EXIT_MISMATCH,
+                ahead::Error::Refused { .. } => EXIT_REFUSED,
+                _ => 1,
+            }));
+        }
+    };
+    let mut out = String::new();
+    if args.json {
+        out = serde_json::to_string_pretty(&summary(&report))? + "\n";
+    } else {
+        use std::fmt::Write as _;
+        writeln!(
+            out,
+            "copied {} to {} in {:.2} s ({:.1} MB/s): {} data, {} holes{}",
+            format_size(report.bytes),
+            report.dst.display(),
+            report.elapsed.as_secs_f64(),
+            mb_s(report.bytes, report.elapsed),
+            format_size(report.data_bytes),
+            format_size(report.holes_bytes),
+            if report.resumed_bytes > 0 {
+                format!(
+                    ", {} already done (resumed)",
+                    format_size(report.resumed_bytes)
+                )
+            } else {
+                String::new()
+            }
+        )?;
+        writeln!(
+            out,
+            "page cache: source {} -> {} pages, destination {} pages ({}, reads {}, writes {})",
+            opt(report.src_cached_before),
+            opt(report.src_cached_after),
+            opt(report.dst_cached_after),
+            report.method,
+            report.read_path,
+            report.write_path
+        )?;
+        if let Some(sum) = &report.checksum {
+            writeln!(out, "verified: {sum}")?;
+        }
+    }
+    // The copy is done whatever happens to stdout (a closed pipe included).
+    use std::io::Write as _;
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}

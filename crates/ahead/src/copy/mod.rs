@@ -1,0 +1,1379 @@
+//! The copy engine behind `ahead copy`: parallel, sparse-aware, safe against
+//! interruption, and by default neutral to the kernel's page cache.
+//!
+//! What "neutral" means (seed 003, libnbd's nbdcopy, taken further): after
+//! the copy, the source's pages that were cached before still are, no new
+//! source pages are, and the destination leaves nothing cached.
+//! * Reads use `RWF_DONTCACHE` (Linux 6.14; pages the read brings in leave
+//!   the cache once copied, pages already cached are left alone). Where the
+//!   kernel or file system lacks it, each chunk's residency is looked at
+//!   just before it is read (cachestat, then mincore for a partly cached
+//!   chunk) and only the pages that were not cached are dropped afterwards —
+//!   not one snapshot taken at open as nbdcopy does, which goes stale as
+//!   other processes use the file. Where residency cannot be seen at all,
+//!   the chunk is read with O_DIRECT, which neither adds nor drops pages.
+//! * Writes use `RWF_DONTCACHE` too; else Linus's technique as nbdcopy
+//!   uses it: start writeback of each chunk when written
+//!   (sync_file_range), and once eight more chunks have been written wait
+//!   for the old one and drop it. The last windows are drained at the end.
+//!
+//! Safety: a regular destination is written under a temporary name beside
+//! it (`.NAME.ahead-part`) and renamed into place only when complete (after
+//! fsync unless asked not to), so no interrupted copy leaves a destination
+//! that looks complete. A journal (`.NAME.ahead-journal`, see [`journal`])
+//! lists finished chunks; [`CopyOptions::resume`] continues from it. An
+//! error removes the temporary file and the journal; a process killed
+//! mid-copy leaves both, for `--resume`.
+//!
+//! Speed: the source's data extents are found with SEEK_DATA/SEEK_HOLE;
+//! chunks (default: the device's largest request, 1–8 MiB) are copied by
+//! `depth` threads at once; runs of zeroes (64 KiB blocks) are not written
+//! but left as holes (zeroed with fallocate on a block device). A reflink
+//! (FICLONE) is tried first: it shares extents and touches no cache. With
+//! [`CacheMode::Keep`], data moves with copy_file_range(2) inside the
+//! kernel.
+
+mod journal;
+
+use std::collections::{HashSet, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::io::AlignedBuf;
+use crate::{residency, sys, Error, Result};
+use journal::{Header, Journal, Loaded};
+
+/// What the copy does to the kernel's page cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Leave it as it was (the default; see the module docs).
+    #[default]
+    Neutral,
+    /// An ordinary copy: whatever the kernel caches stays cached.
+    Keep,
+    /// Drop every page the copy touched, source and destination.
+    Drop,
+}
+
+/// How to copy.
+#[derive(Clone, Debug)]
+pub struct CopyOptions {
+    /// Page-cache behaviour.
+    pub cache: CacheMode,
+    /// fsync the destination (and its directory) before reporting success.
+    pub sync: bool,
+    /// Read both sides back and compare BLAKE3 checksums.
+    pub verify: bool,
+    /// Continue an interrupted copy from its journal.
+    pub resume: bool,
+    /// Bytes per chunk; `None`: tuned to the source's device.
+    pub chunk: Option<u64>,
+    /// Chunks in flight (threads).
+    pub depth: usize,
+    /// Leave runs of zeroes as holes.
+    pub sparse: bool,
+    /// Try a reflink first.
+    pub reflink: bool,
+    /// Use RWF_DONTCACHE where the kernel has it (else always the fallbacks).
+    pub dontcache: bool,
+    /// In the neutral and drop modes, use O_DIRECT for reads of chunks
+    /// nothing of which is cached and for aligned writes.
+    pub direct: bool,
+    /// Bytes per second, at most (`None`: as fast as possible).
+    pub bwlimit: Option<u64>,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            cache: CacheMode::Neutral,
+            sync: true,
+            verify: false,
+            resume: false,
+            chunk: None,
+            depth: 4,
+            sparse: true,
+            reflink: true,
+            dontcache: true,
+            direct: true,
+            bwlimit: None,
+        }
+    }
+}
+
+/// Bytes done so far, for progress bars.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of the source copied (or found to be holes) so far.
+    pub done: u64,
+    /// The source's size (`None` for a stream).
+    pub total: Option<u64>,
+}
+
+/// What a copy did.
+#[derive(Clone, Debug, Default)]
+pub struct CopyReport {
+    /// The destination actually written (after resolving a directory).
+    pub dst: PathBuf,
+    /// Size of the copy in bytes.
+    pub bytes: u64,
+    /// Bytes read from the source and written.
+    pub data_bytes: u64,
+    /// Bytes left as holes (holes of the source and runs of zeroes).
+    pub holes_bytes: u64,
+    /// Bytes a resumed copy did not have to copy again.
+    pub resumed_bytes: u64,
+    /// Wall time of the copy, verification included.
+    pub elapsed: Duration,
+    /// Source pages cached before and after (`None`: not visible).
+    pub src_cached_before: Option<u64>,
+    /// Source pages cached after.
+    pub src_cached_after: Option<u64>,
+    /// Destination pages cached after.
+    pub dst_cached_after: Option<u64>,
+    /// `blake3:HEX` of both sides, when verified (they are equal).
+    pub checksum: Option<String>,
+    /// How the data moved: `reflink`, `chunks`, `copy_file_range`, `stream`.
+    pub method: &'static str,
+    /// How reads went, joined by `+`: `direct` (O_DIRECT), `dontcache`,
+    /// `residency` (per-chunk DONTNEED), `buffered`.
+    pub read_path: String,
+    /// How writes went: `direct`, `dontcache`, `windows`, `buffered`.
+    pub write_path: String,
+}
+
+/// Zero detection granularity: runs of zeroes are found in blocks this size.
+const ZERO_BLOCK: u64 = 64 << 10;
+/// Windows of written data a writer keeps in flight before waiting for the
+/// oldest and dropping it (nbdcopy's NR_WINDOWS).
+const WRITE_WINDOWS: usize = 8;
+/// Bounds on the tuned chunk size.
+const MIN_CHUNK: u64 = 1 << 20;
+const MAX_CHUNK: u64 = 8 << 20;
+
+/// A probe result shared by the threads: not tried yet, works, or not here.
+const UNTRIED: u8 = 0;
+const WORKS: u8 = 1;
+const MISSING: u8 = 2;
+
+fn io_err<'p>(
+    op: &'static str,
+    path: &'p Path,
+    offset: Option<u64>,
+) -> impl FnOnce(io::Error) -> Error + 'p {
+    move |e| Error::io(op, path, offset, e)
+}
+
+fn refused(path: &Path, why: impl Into<String>) -> Error {
+    Error::Refused {
+        path: path.to_path_buf(),
+        why: why.into(),
+    }
+}
+
+/// The source's device's largest request (queue/max_sectors_kb), clamped
+/// to 1–8 MiB; 4 MiB when sysfs does not say.
+fn tuned_chunk(meta: &fs::Metadata) -> u64 {
+    let dev = if meta.file_type().is_block_device() {
+        meta.rdev()
+    } else {
+        meta.dev()
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    let read = |p: String| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+    let kb = read(format!("{base}/queue/max_sectors_kb"))
+        .or_else(|| read(format!("{base}/../queue/max_sectors_kb")));
+    kb.map_or(4 << 20, |kb| (kb << 10).clamp(MIN_CHUNK, MAX_CHUNK))
+}
+
+/// The source's data extents, `(offset, len)`, from SEEK_DATA/SEEK_HOLE;
+/// the whole file where the file system cannot say.
+fn data_extents(file: &File, size: u64) -> Vec<(u64, u64)> {
+    use rustix::fs::{seek, SeekFrom};
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let start = match seek(file, SeekFrom::Data(at)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(_) => return vec![(0, size)],
+        };
+        if start >= size {
+            break;
+        }
+        let end = match seek(file, SeekFrom::Hole(start)) {
+            Ok(e) => e.min(size),
+            Err(_) => size,
+        };
+        out.push((start, end - start));
+        at = end;
+    }
+    out
+}
+
+/// One chunk of work: `[offset, offset + len)` of the file, with the parts
+/// of it that hold data.
+#[derive(Debug)]
+struct Task {
+    offset: u64,
+    len: u64,
+    data: Vec<(u64, u64)>,
+}
+
+fn plan(size: u64, chunk: u64, extents: &[(u64, u64)]) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    let mut ext = extents.iter().peekable();
+    let mut offset = 0;
+    while offset < size {
+        let end = (offset + chunk).min(size);
+        let mut data = Vec::new();
+        while let Some(&&(s, n)) = ext.peek() {
+            if s >= end {
+                break;
+            }
+            let (a, b) = (s.max(offset), (s + n).min(end));
+            if a < b {
+                data.push((a, b - a));
+            }
+            if s + n <= end {
+                ext.next();
+            } else {
+                break;
+            }
+        }
+        tasks.push(Task {
+            offset,
+            len: end - offset,
+            data,
+        });
+        offset = end;
+    }
+    tasks
+}
+
+/// How many pieces went each way, to report which paths a copy used.
+#[derive(Default)]
+struct Used {
+    direct: AtomicU64,
+    dontcache: AtomicU64,
+    residency: AtomicU64,
+    windows: AtomicU64,
+    buffered: AtomicU64,
+}
+
+impl Used {
+    fn names(&self) -> String {
+        let all = [
+            ("direct", &self.direct),
+            ("dontcache", &self.dontcache),
+            ("residency", &self.residency),
+            ("windows", &self.windows),
+            ("buffered", &self.buffered),
+        ];
+        let used: Vec<&str> = all
+            .iter()
+            .filter(|(_, n)| n.load(Ordering::Relaxed) > 0)
+            .map(|(name, _)| *name)
+            .collect();
+        if used.is_empty() {
+            "none".into()
+        } else {
+            used.join("+")
+        }
+    }
+}
+
+fn bump(n: &AtomicU64) {
+    n.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A second descriptor of the same file opened with O_DIRECT, and the
+/// alignment it needs; `None` where the file system refuses O_DIRECT.
+fn open_direct(path: &Path, write: bool) -> Option<(File, usize)> {
+    let f = OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()?;
+    let (mem, off) = sys::dio_alignment(&f)?;
+    Some((f, mem.max(off).max(512) as usize))
+}
+
+fn aligned(buf: &[u8], offset: u64, align: usize) -> bool {
+    (buf.as_ptr() as usize) % align == 0 && offset % align as u64 == 0 && buf.len() % align == 0
+}
+
+/// Whether a flagged preadv2/pwritev2 failed because the flag is not
+/// supported here (rather than for a real reason).
+fn unsupported(e: &Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
+}
+
+/// Reads from the source without disturbing its cached pages (or with the
+/// behaviour of the other modes).
+struct SrcReader<'a> {
+    file: &'a File,
+    path: &'a Path,
+    mode: CacheMode,
+    want_direct: bool,
+    dontcache: AtomicU8,
+    direct: OnceLock<Option<(File, usize)>>,
+    used: Used,
+}
+
+impl<'a> SrcReader<'a> {
+    fn new(file: &'a File, path: &'a Path, opts: &CopyOptions) -> Self {
+        SrcReader {
+            file,
+            path,
+            mode: opts.cache,
+            want_direct: opts.direct,
+            dontcache: AtomicU8::new(if opts.dontcache { UNTRIED } else { MISSING }),
+            direct: OnceLock::new(),
+            used: Used::default(),
+        }
+    }
+
+    fn direct(&self) -> Option<&(File, usize)> {
+        self.direct
+            .get_or_init(|| open_direct(self.path, false))
+            .as_ref()
+    }
+
+    /// Fills `buf` from `offset`; EOF before the end is an error (the source
+    /// shrank under the copy).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        match self.mode {
+            CacheMode::Keep => {
+                bump(&self.used.buffered);
+                self.fill(self.file, buf, offset, 0)
+            }
+            CacheMode::Drop => {
+                bump(&self.used.buffered);
+                self.fill(self.file, buf, offset, 0)?;
+                let _ = sys::evict_range(self.file, offset, buf.len() as u64);
+                Ok(())
+            }
+            CacheMode::Neutral => {
+                // Nothing of it cached: O_DIRECT skips the page cache (no
+                // page allocated, filled, copied and dropped).
+                if self.want_direct
+                    && sys::cachestat(self.file, offset, buf.len() as u64)
+                        .is_ok_and(|st| st.cached == 0)
+                    && self.read_direct(buf, offset)?
+                {
+                    return Ok(());
+                }
+                if self.dontcache.load(Ordering::Relaxed) != MISSING {
+                    match self.fill(self.file, buf, offset, sys::RWF_DONTCACHE) {
+                        Ok(()) => {
+                            self.dontcache.store(WORKS, Ordering::Relaxed);
+                            bump(&self.used.dontcache);
+                            return Ok(());
+                        }
+                        Err(e)
+                            if self.dontcache.load(Ordering::Relaxed) == UNTRIED
+                                && unsupported(&e) =>
+                        {
+                            self.dontcache.store(MISSING, Ordering::Relaxed);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                self.read_keeping_residency(buf, offset)
+            }
+        }
+    }
+
+    /// The fallback: look at the chunk's residency now, read, drop only
+    /// what was not cached before.
+    fn read_keeping_residency(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let len = buf.len() as u64;
+        let page = residency::page_size();
+        let (first, end) = (offset / page, (offset + len).div_ceil(page));
+        let pages = end - first;
+        let cached = match sys::cachestat(self.file, first * page, pages * page) {
+            Ok(st) => Some(st.cached),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => None,
+            Err(_) => residency::page_map(self.file, first * page, pages * page)
+                .ok()
+                .flatten()
+                .map(|m| m.iter().filter(|&&c| c).count() as u64),
+        };
+        let Some(cached) = cached else {
+            // Residency cannot be seen: O_DIRECT neither adds nor drops.
+            return self.read_unseen(buf, offset);
+        };
+        bump(&self.used.residency);
+        if cached == 0 {
+            self.fill(self.file, buf, offset, 0)?;
+            let _ = sys::evict_range(self.file, offset, len);
+            return Ok(());
+        }
+        if cached >= pages {
+            return self.fill(self.file, buf, offset, 0);
+        }
+        let map = residency::page_map(self.file, first * page, pages * page).map_err(io_err(
+            "mincore",
+            self.path,
+            Some(offset),
+        ))?;
+        let Some(map) = map else {
+            return self.read_unseen(buf, offset);
+        };
+        self.fill(self.file, buf, offset, 0)?;
+        for (s, n) in residency::runs(&map, false) {
+            let _ = sys::evict_range(self.file, (first + s) * page, n * page);
+        }
+        Ok(())
+    }
+
+    fn read_unseen(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.read_direct(buf, offset)? {
+            return Ok(());
+        }
+        // No O_DIRECT either: the one case where a neutral copy may leave
+        // source pages behind.
+        bump(&self.used.buffered);
+        self.fill(self.file, buf, offset, 0)
+    }
+
+    /// Reads with O_DIRECT, through an aligned bounce buffer when `buf` or
+    /// `offset` is not aligned. `false` when O_DIRECT is not available.
+    fn read_direct(&self, buf: &mut [u8], offset: u64) -> Result<bool> {
+        let Some((direct, align)) = self.direct() else {
+            return Ok(false);
+        };
+        let align = *align;
+        if aligned(buf, offset, align) {
+            self.fill(direct, buf, offset, 0)?;
+            bump(&self.used.direct);
+            return Ok(true);
+        }
+        let a = align as u64;
+        let start = offset / a * a;
+        let end = (offset + buf.len() as u64).div_ceil(a) * a;
+        let mut bounce = AlignedBuf::new((end - start) as usize, align);
+        let want = (offset - start) as usize + buf.len();
+        let mut got = 0;
+        while got < want {
+            let at = start + got as u64;
+            match sys::pread_flags(direct, &mut bounce.as_mut_slice()[got..], at, 0) {
+                Ok(0) => return Err(shrank(self.path, at)),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", self.path, Some(at), e)),
+            }
+        }
+        let skip = (offset - start) as usize;
+        buf.copy_from_slice(&bounce.as_slice()[skip..skip + buf.len()]);
+        bump(&self.used.direct);
+        Ok(true)
+    }
+
+    fn fill(&self, file: &File, buf: &mut [u8], offset: u64, flags: i32) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            match sys::pread_flags(file, &mut buf[done..], at, flags) {
+                Ok(0) => return Err(shrank(self.path, at)),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("read", self.path, Some(at), e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn shrank(path: &Path, at: u64) -> Error {
+    Error::io(
+        "read",
+        path,
+        Some(at),
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the source ended early (truncated during the copy?)",
+        ),
+    )
+}
+
+/// Writes the destination, keeping it out of the cache unless `Keep`.
+struct DstWriter<'a> {
+    file: &'a File,
+    path: &'a Path,
+    mode: CacheMode,
+    dontcache: AtomicU8,
+    direct: Option<(File, usize)>,
+    direct_ok: AtomicBool,
+    used: Used,
+}
+
+impl<'a> DstWriter<'a> {
+    fn new(file: &'a File, path: &'a Path, opts: &CopyOptions) -> Self {
+        let direct = if opts.direct && opts.cache != CacheMode::Keep {
+            open_direct(path, true)
+        } else {
+            None
+        };
+        DstWriter {
+            file,
+            path,
+            mode: opts.cache,
+            dontcache: AtomicU8::new(if opts.dontcache { UNTRIED } else { MISSING }),
+            direct_ok: AtomicBool::new(direct.is_some()),
+            direct,
+            used: Used::default(),
+        }
+    }
+
+    fn write_all_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        if self.mode == CacheMode::Keep {
+            bump(&self.used.buffered);
+            return self.put(self.file, buf, offset, 0);
+        }
+        // Aligned pieces go around the page cache altogether.
+        if let Some((direct, align)) = &self.direct {
+            if self.direct_ok.load(Ordering::Relaxed) && aligned(buf, offset, *align) {
+                match self.put(direct, buf, offset, 0) {
+                    Ok(()) => {
+                        bump(&self.used.direct);
+                        return Ok(());
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        self.direct_ok.store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if self.dontcache.load(Ordering::Relaxed) != MISSING {
+            match self.put(self.file, buf, offset, sys::RWF_DONTCACHE) {
+                Ok(()) => {
+                    self.dontcache.store(WORKS, Ordering::Relaxed);
+                    bump(&self.used.dontcache);
+                    return Ok(());
+                }
+                Err(e) if self.dontcache.load(Ordering::Relaxed) == UNTRIED && unsupported(&e) => {
+                    self.dontcache.store(MISSING, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        bump(&self.used.windows);
+        self.put(self.file, buf, offset, 0)?;
+        let len = buf.len() as u64;
+        sys::sync_range(self.file, offset, len, false).map_err(io_err(
+            "sync_file_range",
+            self.path,
+            Some(offset),
+        ))?;
+        windows.push_back((offset, len));
+        if windows.len() > WRITE_WINDOWS {
+            let (o, n) = windows.pop_front().expect("non-empty");
+            self.drop_window(o, n)?;
+        }
+        Ok(())
+    }
+
+    fn drop_window(&self, offset: u64, len: u64) -> Result<()> {
+        sys::sync_range(self.file, offset, len, true).map_err(io_err(
+            "sync_file_range",
+            self.path,
+            Some(offset),
+        ))?;
+        let _ = sys::evict_range(self.file, offset, len);
+        Ok(())
+    }
+
+    fn drain(&self, windows: &mut VecDeque<(u64, u64)>) -> Result<()> {
+        while let Some((o, n)) = windows.pop_front() {
+            self.drop_window(o, n)?;
+        }
+        Ok(())
+    }
+
+    fn put(&self, file: &File, buf: &[u8], offset: u64, flags: i32) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            match sys::pwrite_flags(file, &buf[done..], at, flags) {
+                Ok(0) => {
+                    return Err(Error::io(
+                        "write",
+                        self.path,
+                        Some(at),
+                        io::Error::from(io::ErrorKind::WriteZero),
+                    ))
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("write", self.path, Some(at), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Zeroes a range of a block device (fallocate ZERO_RANGE, else writes).
+    fn zero(
+        &self,
+        offset: u64,
+        len: u64,
+        zeroes: &[u8],
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        use rustix::fs::FallocateFlags;
+        if rustix::fs::fallocate(
+            self.file,
+            FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE,
+            offset,
+            len,
+        )
+        .is_ok()
+        {
+            return Ok(());
+        }
+        let mut at = offset;
+        while at < offset + len {
+            let n = (offset + len - at).min(zeroes.len() as u64);
+            self.write_all_at(&zeroes[..n as usize], at, windows)?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+/// Where the destination goes.
+enum Dst {
+    /// A regular file: written as `tmp`, renamed to `path`.
+    File {
+        path: PathBuf,
+        tmp: PathBuf,
+        journal: PathBuf,
+    },
+    /// A block device, written in place.
+    Block { path: PathBuf },
+}
+
+fn resolve_dst(src: &Path, dst: &Path, src_meta: &fs::Metadata) -> Result<Dst> {
+    let mut path = dst.to_path_buf();
+    if let Ok(m) = fs::metadata(&path) {
+        if m.is_dir() {
+            let name = src
+                .file_name()
+                .ok_or_else(|| refused(src, "has no file name to copy into a directory"))?;
+            path = path.join(name);
+        }
+    }
+    match fs::metadata(&path) {
+        Ok(m) => {
+            if m.dev() == src_meta.dev() && m.ino() == src_meta.ino() {
+                return Err(refused(&path, "source and destination are the same file"));
+            }
+            if m.file_type().is_block_device() {
+                if src_meta.file_type().is_block_device() && m.rdev() == src_meta.rdev() {
+                    return Err(refused(&path, "source and destination are the same device"));
+                }
+                return Ok(Dst::Block { path });
+            }
+            if m.is_dir() {
+                return Err(refused(&path, "is a directory"));
+            }
+            if !m.is_file() {
+                return Err(refused(
+                    &path,
+                    "the destination must be a regular file or a block device",
+                ));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("stat", &path, None, e)),
+    }
+    let name = path
+        .file_name()
+        .ok_or_else(|| refused(&path, "has no file name"))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match fs::metadata(&parent) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::io(
+                "open destination directory",
+                &parent,
+                None,
+                io::Error::from_raw_os_error(libc::ENOTDIR),
+            ))
+        }
+        Err(e) => return Err(Error::io("open destination directory", &parent, None, e)),
+    }
+    Ok(Dst::File {
+        tmp: parent.join(format!(".{name}.ahead-part")),
+        journal: parent.join(format!(".{name}.ahead-journal")),
+        path,
+    })
+}
+
+fn cached_pages(file: &File) -> Option<u64> {
+    residency::of_range(file, 0, u64::MAX)
+        .ok()
+        .and_then(|s| s.known().map(|r| r.cached))
+}
+
+/// Removes the temporary file and journal of a failed copy.
+struct Cleanup<'a> {
+    paths: Vec<&'a Path>,
+    armed: bool,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            for p in &self.paths {
+                let _ = fs::remove_file(p);
+            }
+        }
+    }
+}
+
+/// Copies `src` to `dst` (a file, a block device, or a directory to copy
+/// into). `progress` is called from the copying threads as chunks finish.
+pub fn copy(
+    src: &Path,
+    dst: &Path,
+    opts: &CopyOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<CopyReport> {
+    let started = Instant::now();
+    let src_file = File::open(src).map_err(io_err("open", src, None))?;
+    let src_meta = src_file.metadata().map_err(io_err("stat", src, None))?;
+    let ft = src_meta.file_type();
+    if ft.is_dir() {
+        return Err(refused(
+            src,
+            "is a directory (ahead copy copies one file or block device)",
+        ));
+    }
+    let stream = !(ft.is_file() || ft.is_block_device());
+    if stream && opts.resume {
+        return Err(refused(
+            src,
+            "is a pipe or other stream: it cannot be resumed",
+        ));
+    }
+    let dst = resolve_dst(src, dst, &src_meta)?;
+    let size = if stream {
+        None
+    } else if ft.is_block_device() {
+        Some(
+            rustix::fs::seek(&src_file, rustix::fs::SeekFrom::End(0))
+                .map_err(|e| Error::io("seek", src, None, e.into()))?,
+        )
+    } else {
+        Some(src_meta.len())
+    };
+    let chunk = opts
+        .chunk
+        .unwrap_or_else(|| tuned_chunk(&src_meta))
+        .max(ZERO_BLOCK)
+        .div_ceil(ZERO_BLOCK)
+        * ZERO_BLOCK;
+    let src_cached_before = if stream {
+        None
+    } else {
+        cached_pages(&src_file)
+    };
+
+    // Open the destination.
+    let mut report = CopyReport {
+        src_cached_before,
+        ..CopyReport::default()
+    };
+    let mut done_chunks = HashSet::new();
+    let (dst_file, journal, mut cleanup) = match &dst {
+        Dst::Block { path } => {
+            // O_EXCL on a block device fails with EBUSY while it is mounted
+            // or held by another exclusive user.
+            let f = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_EXCL)
+                .open(path)
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EBUSY) {
+                        refused(path, "the device is mounted or in use")
+                    } else {
+                        Error::io("open", path, None, e)
+                    }
+                })?;
+            let dev_size = rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0))
+                .map_err(|e| Error::io("seek", path, None, e.into()))?;
+            if let Some(size) = size {
+                if size > dev_size {
+                    return Err(refused(
+                        path,
+                        format!("the device holds {dev_size} bytes, the source has {size}"),
+                    ));
+                }
+            }
+            report.dst = path.clone();
+            (
+                f,
+                None,
+                Cleanup {
+                    paths: vec![],
+                    armed: false,
+                },
+            )
+        }
+        Dst::File { path, tmp, journal } => {
+            report.dst = path.clone();
+            let header = size.map(|s| Header::of(&src_meta, s, chunk));
+            let mut fresh = true;
+            if let (true, Some(header)) = (opts.resume, &header) {
+                match Journal::load(journal, header).map_err(io_err("read", journal, None))? {
+                    Loaded::Done(done) if tmp.exists() => {
+                        done_chunks = done;
+                        fresh = false;
+                    }
+                    Loaded::Done(_) | Loaded::None => {}
+                    Loaded::Mismatch => {
+                        return Err(refused(
+                            path,
+                            "the interrupted copy was of another source, or the source changed \
+                             since (or another --chunk was used); run without --resume to start over",
+                        ))
+                    }
+                }
+            }
+            let f = OpenOptions::new()
+                .write(true)
+                .read(true)
+                .create(true)
+                .truncate(fresh)
+                .mode(src_meta.mode() & 0o7777)
+                .open(tmp)
+                .map_err(io_err("create", tmp, None))?;
+            let cleanup = Cleanup {
+                paths: vec![tmp.as_path(), journal.as_path()],
+                armed: true,
+            };
+            if let Some(size) = size {
+                f.set_len(size).map_err(io_err("truncate", tmp, None))?;
+            }
+            let j = match &header {
+                Some(h) if fresh => {
+                    Some(Journal::create(journal, h).map_err(io_err("create", journal, None))?)
+                }
+                Some(_) => {
+                    Some(Journal::append_to(journal).map_err(io_err("open", journal, None))?)
+                }
+                None => None,
+            };
+            (f, j, cleanup)
+        }
+    };
+    let dst_write_path: &Path = match &dst {
+        Dst::File { tmp, .. } => tmp,
+        Dst::Block { path } => path,
+    };
+    let block_dst = matches!(dst, Dst::Block { .. });
+
+    let reader = SrcReader::new(&src_file, src, opts);
+    let writer = DstWriter::new(&dst_file, dst_write_path, opts);
+    let mut src_sum = None;
+
+    // Reflink: whole file, shares extents, no cache touched.
+    let mut reflinked = false;
+    if opts.reflink && !block_dst && !stream && ft.is_file() && done_chunks.is_empty() {
+        reflinked = rustix::fs::ioctl_ficlone(&dst_file, &src_file).is_ok();
+    }
+
+    if reflinked {
+        report.method = "reflink";
+        report.bytes = size.unwrap_or(0);
+        progress(Progress {
+            done: report.bytes,
+            total: size,
+        });
+    } else if let Some(size) = size {
+        let extents = if ft.is_file() {
+            data_extents(&src_file, size)
+        } else {
+            vec![(0, size)]
+        };
+        let tasks = plan(size, chunk, &extents);
+        let cfr = opts.cache == CacheMode::Keep && !block_dst && ft.is_file();
+        report.method = if cfr { "copy_file_range" } else { "chunks" };
+        let shared = Shared {
+            tasks: &tasks,
+            done_chunks: &done_chunks,
+            next: AtomicU64::new(0),
+            done_bytes: AtomicU64::new(0),
+            data_bytes: AtomicU64::new(0),
+            holes_bytes: AtomicU64::new(0),
+            resumed_bytes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            journal: journal.as_ref(),
+            started: Instant::now(),
+            total: size,
+        };
+        let use_cfr = AtomicBool::new(cfr);
+        std::thread::scope(|s| {
+            for _ in 0..opts.depth.max(1).min(tasks.len().max(1)) {
+                s.spawn(|| {
+                    let r = copy_worker(
+                        &shared, &reader, &writer, &src_file, &dst_file, opts, chunk, block_dst,
+                        &use_cfr, progress,
+                    );
+                    if let Err(e) = r {
+                        shared.failed.store(true, Ordering::Relaxed);
+                        shared.error.lock().expect("error lock").get_or_insert(e);
+                    }
+                });
+            }
+        });
+        if let Some(e) = shared.error.into_inner().expect("error lock") {
+            return Err(e);
+        }
+        if !use_cfr.load(Ordering::Relaxed) && cfr {
+            report.method = "chunks";
+        }
+        report.bytes = size;
+        report.data_bytes = shared.data_bytes.into_inner();
+        report.holes_bytes = shared.holes_bytes.into_inner();
+        report.resumed_bytes = shared.resumed_bytes.into_inner();
+    } else {
+        report.method = "stream";
+        let (bytes, sum) = copy_stream(&src_file, src, &writer, chunk, opts, progress)?;
+        report.bytes = bytes;
+        report.data_bytes = bytes;
+        if let Dst::File { tmp, .. } = &dst {
+            dst_file
+                .set_len(bytes)
+                .map_err(io_err("truncate", tmp, None))?;
+        }
+        src_sum = sum;
+    }
+    report.read_path = reader.used.names();
+    report.write_path = writer.used.names();
+
+    // Make it durable, then drop what the copy left in the cache.
+    if opts.sync {
+        dst_file
+            .sync_all()
+            .map_err(io_err("fsync", dst_write_path, None))?;
+    } else if opts.cache != CacheMode::Keep {
+        // Pages must be clean to be dropped.
+        sys::sync_range(&dst_file, 0, 0, true).map_err(io_err(
+            "sync_file_range",
+            dst_write_path,
+            None,
+        ))?;
+    }
+    if opts.cache != CacheMode::Keep {
+        let _ = sys::evict_range(&dst_file, 0, 0);
+    }
+    if opts.cache == CacheMode::Drop && !stream {
+        let _ = sys::evict_range(&src_file, 0, 0);
+    }
+    // Verify before the destination gets its name: a copy that does not
+    // match never appears complete.
+    if opts.verify {
+        let dst_read = File::open(dst_write_path).map_err(io_err("open", dst_write_path, None))?;
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| match &src_sum {
+                Some(sum) => Ok(sum.clone()),
+                None => checksum(&src_file, src, report.bytes, opts),
+            });
+            let b = checksum(&dst_read, dst_write_path, report.bytes, opts);
+            (a.join().expect("checksum thread"), b)
+        });
+        let (a, b) = (a?, b?);
+        if a != b {
+            return Err(Error::Mismatch {
+                path: report.dst.clone(),
+                src: a,
+                dst: b,
+            });
+        }
+        report.checksum = Some(a);
+    }
+    if let Dst::File {
+        path,
+        tmp,
+        journal: jpath,
+    } = &dst
+    {
+        fs::rename(tmp, path).map_err(io_err("rename into place", path, None))?;
+        cleanup.armed = false;
+        if opts.sync {
+            if let Some(parent) = path.parent() {
+                let parent = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+                if let Ok(d) = File::open(parent) {
+                    d.sync_all().map_err(io_err("fsync", parent, None))?;
+                }
+            }
+        }
+        drop(journal);
+        let _ = fs::remove_file(jpath);
+    }
+    drop(cleanup);
+
+    if !stream {
+        report.src_cached_after = cached_pages(&src_file);
+    }
+    if let Ok(f) = File::open(&report.dst) {
+        report.dst_cached_after = if block_dst {
+            residency::of_range(&f, 0, report.bytes)
+                .ok()
+                .and_then(|s| s.known().map(|r| r.cached))
+        } else {
+            cached_pages(&f)
+        };
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// State the copying threads share.
+struct Shared<'a> {
+    tasks: &'a [Task],
+    done_chunks: &'a HashSet<u64>,
+    next: AtomicU64,
+    done_bytes: AtomicU64,
+    data_bytes: AtomicU64,
+    holes_bytes: AtomicU64,
+    resumed_bytes: AtomicU64,
+    failed: AtomicBool,
+    error: Mutex<Option<Error>>,
+    journal: Option<&'a Journal>,
+    started: Instant,
+    total: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_worker(
+    sh: &Shared<'_>,
+    reader: &SrcReader<'_>,
+    writer: &DstWriter<'_>,
+    src: &File,
+    dst: &File,
+    opts: &CopyOptions,
+    chunk: u64,
+    block_dst: bool,
+    use_cfr: &AtomicBool,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<()> {
+    let mut buf = AlignedBuf::new(chunk as usize, 4096);
+    let zeroes = vec![0u8; ZERO_BLOCK as usize];
+    let mut windows = VecDeque::new();
+    let result = (|| -> Result<()> {
+        loop {
+            if sh.failed.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let i = sh.next.fetch_add(1, Ordering::Relaxed) as usize;
+            let Some(task) = sh.tasks.get(i) else {
+                return Ok(());
+            };
+            if sh.done_chunks.contains(&task.offset) {
+                sh.resumed_bytes.fetch_add(task.len, Ordering::Relaxed);
+                report_progress(sh, task.len, progress);
+                continue;
+            }
+            if let Some(rate) = opts.bwlimit {
+                // Pace against the bytes started so far.
+                let planned = sh.done_bytes.load(Ordering::Relaxed) + task.len;
+                let due = Duration::from_secs_f64(planned as f64 / rate.max(1) as f64);
+                let now = sh.started.elapsed();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            let mut data = 0;
+            let mut covered = 0;
+            for &(off, len) in &task.data {
+                covered += len;
+                if use_cfr.load(Ordering::Relaxed) {
+                    match copy_range(src, dst, off, len) {
+                        Ok(()) => {
+                            data += len;
+                            continue;
+                        }
+                        Err(e)
+                            if matches!(
+                                e.raw_os_error(),
+                                Some(libc::EXDEV | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+                            ) =>
+                        {
+                            use_cfr.store(false, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            return Err(Error::io("copy_file_range", writer.path, Some(off), e))
+                        }
+                    }
+                }
+                let b = &mut buf.as_mut_slice()[..len as usize];
+                reader.read_exact_at(b, off)?;
+                data += write_sparse(
+                    writer,
+                    b,
+                    off,
+                    opts.sparse,
+                    block_dst,
+                    &zeroes,
+                    &mut windows,
+                    &sh.holes_bytes,
+                )?;
+            }
+            // The chunk's holes in the source.
+            let holes = task.len - covered;
+            if holes > 0 {
+                sh.holes_bytes.fetch_add(holes, Ordering::Relaxed);
+                if block_dst {
+                    let mut at = task.offset;
+                    for &(off, len) in &task.data {
+                        if off > at {
+                            writer.zero(at, off - at, &zeroes, &mut windows)?;
+                        }
+                        at = off + len;
+                    }
+                    if at < task.offset + task.len {
+                        writer.zero(at, task.offset + task.len - at, &zeroes, &mut windows)?;
+                    }
+                }
+            }
+            sh.data_bytes.fetch_add(data, Ordering::Relaxed);
+            if let Some(j) = sh.journal {
+                j.done(task.offset)
+                    .map_err(io_err("write", j.path(), None))?;
+            }
+            report_progress(sh, task.len, progress);
+        }
+    })();
+    let drained = writer.drain(&mut windows);
+    result.and(drained)
+}
+
+fn report_progress(sh: &Shared<'_>, n: u64, progress: &(dyn Fn(Progress) + Sync)) {
+    let done = sh.done_bytes.fetch_add(n, Ordering::Relaxed) + n;
+    progress(Progress {
+        done,
+        total: Some(sh.total),
+    });
+}
+
+fn copy_range(src: &File, dst: &File, offset: u64, len: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        let mut so = offset + done;
+        let mut doff = so;
+        match rustix::fs::copy_file_range(
+            src,
+            Some(&mut so),
+            dst,
+            Some(&mut doff),
+            (len - done) as usize,
+        ) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the source ended early (truncated during the copy?)",
+                ))
+            }
+            Ok(n) => done += n as u64,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Writes `buf` (file bytes at `offset`), leaving 64 KiB blocks of zeroes
+/// as holes (zeroed on a block device). Returns the bytes written.
+#[allow(clippy::too_many_arguments)]
+fn write_sparse(
+    writer: &DstWriter<'_>,
+    buf: &[u8],
+    offset: u64,
+    sparse: bool,
+    block_dst: bool,
+    zeroes: &[u8],
+    windows: &mut VecDeque<(u64, u64)>,
+    holes: &AtomicU64,
+) -> Result<u64> {
+    if !sparse {
+        writer.write_all_at(buf, offset, windows)?;
+        return Ok(buf.len() as u64);
+    }
+    let mut written = 0;
+    let mut i = 0;
+    let len = buf.len();
+    while i < len {
+        // Blocks are aligned to the file offset.
+        let block_end = |at: usize| {
+            let abs = offset + at as u64;
+            (((abs / ZERO_BLOCK) + 1) * ZERO_BLOCK - offset).min(len as u64) as usize
+        };
+        let end = block_end(i);
+        let zero = is_zero(&buf[i..end]);
+        let mut j = end;
+        while j < len {
+            let e = block_end(j);
+            if is_zero(&buf[j..e]) != zero {
+                break;
+            }
+            j = e;
+        }
+        let at = offset + i as u64;
+        if zero {
+            holes.fetch_add((j - i) as u64, Ordering::Relaxed);
+            if block_dst {
+                writer.zero(at, (j - i) as u64, zeroes, windows)?;
+            }
+        } else {
+            writer.write_all_at(&buf[i..j], at, windows)?;
+            written += (j - i) as u64;
+        }
+        i = j;
+    }
+    Ok(written)
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    let (head, body, tail) = // SAFETY: u128 has no invalid bit patterns.
+        unsafe { b.align_to::<u128>() };
+    head.iter().all(|&x| x == 0) && body.iter().all(|&x| x == 0) && tail.iter().all(|&x| x == 0)
+}
+
+/// Copies a stream (pipe, socket, character device) in order; returns the
+/// bytes copied and, when verifying, the BLAKE3 of what was read.
+fn copy_stream(
+    src: &File,
+    src_path: &Path,
+    writer: &DstWriter<'_>,
+    chunk: u64,
+    opts: &CopyOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<(u64, Option<String>)> {
+    let mut buf = vec![0u8; chunk as usize];
+    let mut windows = VecDeque::new();
+    let mut hasher = opts.verify.then(blake3::Hasher::new);
+    let mut offset = 0u64;
+    let mut src = src;
+    let result = (|| -> Result<()> {
+        loop {
+            let mut filled = 0;
+            while filled < buf.len() {
+                match src.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        return Err(Error::io("read", src_path, Some(offset + filled as u64), e))
+                    }
+                }
+            }
+            if filled == 0 {
+                return Ok(());
+            }
+            if let Some(h) = hasher.as_mut() {
+                h.update(&buf[..filled]);
+            }
+            writer.write_all_at(&buf[..filled], offset, &mut windows)?;
+            offset += filled as u64;
+            progress(Progress {
+                done: offset,
+                total: None,
+            });
+        }
+    })();
+    let drained = writer.drain(&mut windows);
+    result.and(drained)?;
+    Ok((
+        offset,
+        hasher.map(|h| format!("blake3:{}", h.finalize().to_hex())),
+    ))
+}
+
+/// `blake3:HEX` of the file at `path` (the whole of it, or of a block
+/// device), read as a copy in `opts.cache` mode reads: by default without
+/// disturbing the page cache.
+pub fn checksum_file(path: &Path, opts: &CopyOptions) -> Result<String> {
+    let file = File::open(path).map_err(io_err("open", path, None))?;
+    let len = rustix::fs::seek(&file, rustix::fs::SeekFrom::End(0))
+        .map_err(|e| Error::io("seek", path, None, e.into()))?;
+    checksum(&file, path, len, opts)
+}
+
+/// BLAKE3 of the first `len` bytes of `file`, read without disturbing the
+/// cache (as the copy reads).
+fn checksum(file: &File, path: &Path, len: u64, opts: &CopyOptions) -> Result<String> {
+    let reader = SrcReader::new(file, path, opts);
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = AlignedBuf::new(4 << 20, 4096);
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(buf.len() as u64) as usize;
+        let b = &mut buf.as_mut_slice()[..n];
+        reader.read_exact_at(b, at)?;
+        hasher.update(b);
+        at += n as u64;
+    }
+    Ok(format!("blake3:{}", hasher.finalize().to_hex()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_splits_extents_at_chunk_boundaries() {
+        let t = plan(10, 4, &[(1, 2), (5, 4)]);
+        let got: Vec<_> = t
+            .iter()
+            .map(|t| (t.offset, t.len, t.data.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 4, vec![(1, 2)]),
+                (4, 4, vec![(5, 3)]),
+                (8, 2, vec![(8, 1)]),
+            ]
+        );
+        let t = plan(8, 4, &[]);
+        assert!(t.iter().all(|t| t.data.is_empty()));
+        assert_eq!(t.len(), 2);
+        assert!(plan(0, 4, &[]).is_empty());
+    }
+
+    #[test]
+    fn zero_detection() {
+        assert!(is_zero(&[0u8; 1000][3..]));
+        let mut b = vec![0u8; 70_000];
+        b[69_999] = 1;
+        assert!(!is_zero(&b));
+        assert!(is_zero(&[]));
+    }
+}
