@@ -41,7 +41,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::io::AlignedBuf;
@@ -325,6 +325,7 @@ struct SrcReader<'a> {
     want_direct: bool,
     dontcache: AtomicU8,
     direct: OnceLock<Option<(File, usize)>>,
+    no_readahead: Once,
     used: Used,
 }
 
@@ -337,6 +338,7 @@ impl<'a> SrcReader<'a> {
             want_direct: opts.direct,
             dontcache: AtomicU8::new(if opts.dontcache { UNTRIED } else { MISSING }),
             direct: OnceLock::new(),
+            no_readahead: Once::new(),
             used: Used::default(),
         }
     }
@@ -395,6 +397,13 @@ impl<'a> SrcReader<'a> {
     /// The fallback: look at the chunk's residency now, read, drop only
     /// what was not cached before.
     fn read_keeping_residency(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        // The kernel's readahead would bring in pages past the chunk, which
+        // the next chunk's look would then take for pages cached before:
+        // switch it off for this descriptor (it reads what is asked, in one
+        // I/O — the chunk).
+        self.no_readahead.call_once(|| {
+            let _ = sys::fadvise(self.file, 0, 0, rustix::fs::Advice::Random);
+        });
         let len = buf.len() as u64;
         let page = residency::page_size();
         let (first, end) = (offset / page, (offset + len).div_ceil(page));
@@ -760,6 +769,14 @@ pub fn copy(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<CopyReport> {
     let started = Instant::now();
+    // Look before opening: opening a FIFO blocks until a writer comes.
+    let pre = fs::metadata(src).map_err(io_err("open", src, None))?;
+    if opts.resume && !(pre.is_file() || pre.file_type().is_block_device() || pre.is_dir()) {
+        return Err(refused(
+            src,
+            "is a pipe or other stream: it cannot be resumed",
+        ));
+    }
     let src_file = File::open(src).map_err(io_err("open", src, None))?;
     let src_meta = src_file.metadata().map_err(io_err("stat", src, None))?;
     let ft = src_meta.file_type();
