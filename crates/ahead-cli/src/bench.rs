@@ -42,6 +42,15 @@ pub struct BenchArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
+    #[command(subcommand)]
+    what: Option<BenchWhat>,
+}
+
+/// Benchmarks other than the read patterns.
+#[derive(clap::Subcommand, Debug)]
+enum BenchWhat {
+    /// `ahead copy` vs `cp && sync` and nbdcopy: half-cached, sparse, kill -9 + resume.
+    Copy(crate::bench_copy::CopyBenchArgs),
 }
 
 /// One benchmark case: a named pattern and the engines that run it.
@@ -169,6 +178,9 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig) -> Vec<Case> {
 
 /// Runs `ahead bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
+    if let Some(BenchWhat::Copy(c)) = args.what {
+        return crate::bench_copy::run(c);
+    }
     let config = args.engine.config()?;
     ahead::Engine::new(config.clone())?;
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 3 }).max(1);

@@ -2,6 +2,7 @@
 //! the libraries.
 
 mod bench;
+mod bench_copy;
 mod cat;
 mod copy;
 mod read;
