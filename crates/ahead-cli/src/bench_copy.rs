@@ -262,7 +262,9 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
     let _ = fs::remove_file(&sparse);
 
     // 3. kill -9 in the middle, then --resume.
-    rows.push(kill_and_resume(&exe, &src, &dst, &src_sum, size)?);
+    // A small quick-mode copy could finish before it is killed: slow it.
+    let limit = args.quick.then_some("16m");
+    rows.push(kill_and_resume(&exe, &src, &dst, &src_sum, size, limit)?);
     let _ = fs::remove_file(&dst);
 
     print!("{}", table(&rows, &engines));
@@ -287,7 +289,14 @@ fn opt(v: Option<u64>) -> String {
 
 /// Starts a copy of the cold source, SIGKILLs it once a quarter is done,
 /// checks that no destination exists, resumes it, and checks the result.
-fn kill_and_resume(exe: &Path, src: &Path, dst: &Path, sum: &str, size: u64) -> Result<Value> {
+fn kill_and_resume(
+    exe: &Path,
+    src: &Path,
+    dst: &Path,
+    sum: &str,
+    size: u64,
+    bwlimit: Option<&str>,
+) -> Result<Value> {
     let _ = fs::remove_file(dst);
     residency::evict(&fs::File::open(src)?, 0, 0)?;
     let name = dst.file_name().expect("a file name").to_string_lossy();
@@ -296,8 +305,12 @@ fn kill_and_resume(exe: &Path, src: &Path, dst: &Path, sum: &str, size: u64) -> 
     let tmp = parent.join(format!(".{name}.ahead-part"));
     let chunk: u64 = 1 << 20;
     let chunks = size.div_ceil(chunk);
-    let mut child = Command::new(exe)
-        .args(["copy", "--progress", "none", "--chunk", "1m"])
+    let mut first = Command::new(exe);
+    first.args(["copy", "--progress", "none", "--chunk", "1m"]);
+    if let Some(limit) = bwlimit {
+        first.args(["--bwlimit", limit]);
+    }
+    let mut child = first
         .arg(src)
         .arg(dst)
         .stdout(Stdio::null())
@@ -305,7 +318,8 @@ fn kill_and_resume(exe: &Path, src: &Path, dst: &Path, sum: &str, size: u64) -> 
         .spawn()?;
     let mut done_lines = 0;
     while child.try_wait()?.is_none() {
-        done_lines = fs::read_to_string(&journal).map_or(0, |t| t.lines().count().saturating_sub(1));
+        done_lines =
+            fs::read_to_string(&journal).map_or(0, |t| t.lines().count().saturating_sub(1));
         if done_lines as u64 >= chunks / 4 {
             break;
         }
@@ -314,12 +328,24 @@ fn kill_and_resume(exe: &Path, src: &Path, dst: &Path, sum: &str, size: u64) -> 
     child.kill()?; // SIGKILL
     let status = child.wait()?;
     let killed = !status.success();
+    if !killed {
+        bail!("the copy finished before it could be killed; use a larger --size");
+    }
     let dst_after_kill = dst.exists();
     let tmp_after_kill = tmp.exists();
 
     let started = Instant::now();
     let mut child = Command::new(exe)
-        .args(["copy", "--progress", "none", "--chunk", "1m", "--resume", "--verify", "--json"])
+        .args([
+            "copy",
+            "--progress",
+            "none",
+            "--chunk",
+            "1m",
+            "--resume",
+            "--verify",
+            "--json",
+        ])
         .arg(src)
         .arg(dst)
         .stdout(Stdio::piped())
@@ -337,7 +363,10 @@ fn kill_and_resume(exe: &Path, src: &Path, dst: &Path, sum: &str, size: u64) -> 
     let out = child.wait_with_output()?;
     let took = started.elapsed();
     if !out.status.success() {
-        bail!("resume failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "resume failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     let report: Value = serde_json::from_slice(&out.stdout)?;
     let same = blake3(dst)? == sum;

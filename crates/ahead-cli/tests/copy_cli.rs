@@ -608,3 +608,58 @@ fn block_devices_are_written_in_place_and_refused_while_mounted() {
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stderr(&o).contains("mounted or in use"), "{}", stderr(&o));
 }
+
+#[test]
+fn bench_copy_quick_measures_every_scenario() {
+    let dir = scratch();
+    let out = dir.path().join("rows.json");
+    let o = ahead(&[
+        "bench",
+        "copy",
+        "--quick",
+        "--size",
+        "16m",
+        "--sparse-size",
+        "64m",
+        "--dir",
+        s(dir.path()),
+        "--json",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("half-cached") && text.contains("sparse") && text.contains("kill -9"),
+        "{text}"
+    );
+    let rows: Vec<Value> = serde_json::from_slice(&fs::read(&out).unwrap()).unwrap();
+    let find = |scenario: &str, engine: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == scenario && r["engine"] == engine)
+            .unwrap_or_else(|| panic!("no {scenario}/{engine} row"))
+    };
+    let a = find("half-cached", "ahead");
+    assert_eq!(a["checksum_equal"], true);
+    assert_eq!(
+        a["src_cached_pages_before"], a["src_cached_pages_after"],
+        "{a}"
+    );
+    assert_eq!(a["dst_cached_pages_after"], 0);
+    assert!(a["elapsed_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(find("half-cached", "cp+sync")["checksum_equal"], true);
+    let sp = find("sparse", "ahead");
+    assert!(
+        sp["dst_allocated"].as_u64().unwrap() <= sp["src_allocated"].as_u64().unwrap() * 11 / 10,
+        "{sp}"
+    );
+    let k = find("kill-resume", "ahead");
+    assert_eq!(k["dst_existed_after_kill"], false, "{k}");
+    assert_eq!(k["checksum_equal"], true, "{k}");
+    // The generated files are gone.
+    let left: Vec<_> = fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "rows.json")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
