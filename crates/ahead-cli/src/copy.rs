@@ -51,6 +51,9 @@ pub struct CopyArgs {
     /// Destination: a file (replaced atomically), a directory to copy into,
     /// or a block device (written in place; refused while mounted).
     dst: PathBuf,
+    /// Copy a directory tree (files, directories, symbolic links).
+    #[arg(short = 'r', long)]
+    recursive: bool,
     /// What the copy does to the kernel's page cache.
     #[arg(long, value_enum, default_value = "neutral")]
     cache: Cache,
@@ -196,20 +199,27 @@ pub fn run(args: CopyArgs) -> Result<ExitCode> {
         }
         _ => {}
     };
+    let tree = args.recursive && args.src.is_dir();
+    if tree {
+        let result = ahead::copy::copy_tree(&args.src, &args.dst, &opts, &on_progress);
+        if let Some(b) = &bar {
+            b.finish_and_clear();
+        }
+        return match result {
+            Ok(r) => {
+                print_tree(&r, args.json)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => Ok(fail(e)),
+        };
+    }
     let result = ahead::copy::copy(&args.src, &args.dst, &opts, &on_progress);
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
     let report = match result {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("ahead: {e}");
-            return Ok(ExitCode::from(match e {
-                ahead::Error::Mismatch { .. } => EXIT_MISMATCH,
-                ahead::Error::Refused { .. } => EXIT_REFUSED,
-                _ => 1,
-            }));
-        }
+        Err(e) => return Ok(fail(e)),
     };
     let mut out = String::new();
     if args.json {
@@ -252,4 +262,67 @@ pub fn run(args: CopyArgs) -> Result<ExitCode> {
     use std::io::Write as _;
     let _ = std::io::stdout().write_all(out.as_bytes());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a library error as one line and picks the exit status.
+fn fail(e: ahead::Error) -> ExitCode {
+    eprintln!("ahead: {e}");
+    ExitCode::from(match e {
+        ahead::Error::Mismatch { .. } => EXIT_MISMATCH,
+        ahead::Error::Refused { .. } => EXIT_REFUSED,
+        _ => 1,
+    })
+}
+
+fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
+    let out = if as_json {
+        serde_json::to_string_pretty(&json!({
+            "dst": r.dst,
+            "files": r.files,
+            "dirs": r.dirs,
+            "symlinks": r.symlinks,
+            "skipped": r.skipped,
+            "bytes": r.bytes,
+            "data_bytes": r.data_bytes,
+            "holes_bytes": r.holes_bytes,
+            "resumed_bytes": r.resumed_bytes,
+            "elapsed_s": r.elapsed.as_secs_f64(),
+            "mb_s": mb_s(r.bytes, r.elapsed),
+            "src_cached_pages_before": r.src_cached_before,
+            "src_cached_pages_after": r.src_cached_after,
+            "dst_cached_pages_after": r.dst_cached_after,
+            "unknown_residency_files": r.unknown_residency,
+            "verified_files": r.verified,
+        }))? + "\n"
+    } else {
+        let mut s = format!(
+            "copied {} file(s), {} director(ies), {} link(s): {} in {:.2} s ({:.1} MB/s) to {}\n\
+             page cache: source {} -> {} pages, destination {} pages{}\n",
+            r.files,
+            r.dirs,
+            r.symlinks,
+            format_size(r.bytes),
+            r.elapsed.as_secs_f64(),
+            mb_s(r.bytes, r.elapsed),
+            r.dst.display(),
+            r.src_cached_before,
+            r.src_cached_after,
+            r.dst_cached_after,
+            if r.unknown_residency > 0 {
+                format!(" ({} file(s) not visible)", r.unknown_residency)
+            } else {
+                String::new()
+            }
+        );
+        if r.verified > 0 {
+            s += &format!("verified: {} file(s), BLAKE3 equal\n", r.verified);
+        }
+        for p in &r.skipped {
+            s += &format!("skipped (not a file, directory or link): {}\n", p.display());
+        }
+        s
+    };
+    use std::io::Write as _;
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    Ok(())
 }

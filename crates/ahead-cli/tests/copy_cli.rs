@@ -663,3 +663,54 @@ fn bench_copy_quick_measures_every_scenario() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_tree_is_copied_with_r_and_not_into_itself() {
+    let dir = scratch();
+    let src = dir.path().join("tree");
+    fs::create_dir_all(src.join("a/b")).unwrap();
+    gen(&src, "top", 2 * MIB + 5);
+    gen(&src.join("a/b"), "deep", 300_001);
+    gen(&src.join("a"), "empty", 0);
+    std::os::unix::fs::symlink("../top", src.join("a/link")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &src.join("a/fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let dst = dir.path().join("copy");
+    let v = ok_json(&ahead(&[
+        "copy",
+        "-r",
+        "--json",
+        "--verify",
+        s(&src),
+        s(&dst),
+    ]));
+    assert_eq!(v["files"], 3, "{v}");
+    assert_eq!(v["dirs"], 3, "{v}");
+    assert_eq!(v["symlinks"], 1, "{v}");
+    assert_eq!(v["verified_files"], 3, "{v}");
+    assert_eq!(v["skipped"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["dst_cached_pages_after"], 0, "{v}");
+    for f in ["top", "a/b/deep", "a/empty"] {
+        same_bytes(&src.join(f), &dst.join(f));
+    }
+    assert_eq!(
+        fs::read_link(dst.join("a/link")).unwrap(),
+        Path::new("../top")
+    );
+    // Into an existing directory: beside, under the source's name.
+    let into = dir.path().join("into");
+    fs::create_dir(&into).unwrap();
+    ok_json(&ahead(&["copy", "-r", "--json", s(&src), s(&into)]));
+    same_bytes(&src.join("a/b/deep"), &into.join("tree/a/b/deep"));
+    // Into itself: refused, nothing created.
+    let o = ahead(&["copy", "-r", s(&src), s(&src.join("a/inner"))]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    assert!(stderr(&o).contains("inside the source"), "{}", stderr(&o));
+    assert!(!src.join("a/inner").exists());
+}

@@ -34,6 +34,9 @@
 //! kernel.
 
 mod journal;
+mod tree;
+
+pub use tree::{copy_tree, TreeReport};
 
 use std::collections::{HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -783,7 +786,7 @@ pub fn copy(
     if ft.is_dir() {
         return Err(refused(
             src,
-            "is a directory (ahead copy copies one file or block device)",
+            "is a directory (use -r to copy a directory tree)",
         ));
     }
     let stream = !(ft.is_file() || ft.is_block_device());
