@@ -130,24 +130,58 @@ fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".into(), |v| v.to_string())
 }
 
+/// The fields a file copy and a tree copy report alike.
+#[allow(clippy::too_many_arguments)]
+fn totals(
+    dst: &std::path::Path,
+    bytes: u64,
+    data_bytes: u64,
+    holes_bytes: u64,
+    resumed_bytes: u64,
+    elapsed: Duration,
+    cached: [Option<u64>; 3],
+) -> serde_json::Value {
+    json!({
+        "dst": dst,
+        "bytes": bytes,
+        "data_bytes": data_bytes,
+        "holes_bytes": holes_bytes,
+        "resumed_bytes": resumed_bytes,
+        "elapsed_s": elapsed.as_secs_f64(),
+        "mb_s": mb_s(bytes, elapsed),
+        "src_cached_pages_before": cached[0],
+        "src_cached_pages_after": cached[1],
+        "dst_cached_pages_after": cached[2],
+    })
+}
+
+fn with(mut v: serde_json::Value, more: serde_json::Value) -> serde_json::Value {
+    if let (Some(a), serde_json::Value::Object(b)) = (v.as_object_mut(), more) {
+        a.extend(b);
+    }
+    v
+}
+
 /// The JSON summary of a copy (documented in the README).
 pub fn summary(r: &CopyReport) -> serde_json::Value {
-    json!({
-        "dst": r.dst,
-        "bytes": r.bytes,
-        "data_bytes": r.data_bytes,
-        "holes_bytes": r.holes_bytes,
-        "resumed_bytes": r.resumed_bytes,
-        "elapsed_s": r.elapsed.as_secs_f64(),
-        "mb_s": mb_s(r.bytes, r.elapsed),
-        "src_cached_pages_before": r.src_cached_before,
-        "src_cached_pages_after": r.src_cached_after,
-        "dst_cached_pages_after": r.dst_cached_after,
-        "checksum": r.checksum,
-        "method": r.method,
-        "read_path": r.read_path,
-        "write_path": r.write_path,
-    })
+    let base = totals(
+        &r.dst,
+        r.bytes,
+        r.data_bytes,
+        r.holes_bytes,
+        r.resumed_bytes,
+        r.elapsed,
+        [r.src_cached_before, r.src_cached_after, r.dst_cached_after],
+    );
+    with(
+        base,
+        json!({
+            "checksum": r.checksum,
+            "method": r.method,
+            "read_path": r.read_path,
+            "write_path": r.write_path,
+        }),
+    )
 }
 
 /// Runs `ahead copy`.
@@ -276,24 +310,30 @@ fn fail(e: ahead::Error) -> ExitCode {
 
 fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
     let out = if as_json {
-        serde_json::to_string_pretty(&json!({
-            "dst": r.dst,
-            "files": r.files,
-            "dirs": r.dirs,
-            "symlinks": r.symlinks,
-            "skipped": r.skipped,
-            "bytes": r.bytes,
-            "data_bytes": r.data_bytes,
-            "holes_bytes": r.holes_bytes,
-            "resumed_bytes": r.resumed_bytes,
-            "elapsed_s": r.elapsed.as_secs_f64(),
-            "mb_s": mb_s(r.bytes, r.elapsed),
-            "src_cached_pages_before": r.src_cached_before,
-            "src_cached_pages_after": r.src_cached_after,
-            "dst_cached_pages_after": r.dst_cached_after,
-            "unknown_residency_files": r.unknown_residency,
-            "verified_files": r.verified,
-        }))? + "\n"
+        let base = totals(
+            &r.dst,
+            r.bytes,
+            r.data_bytes,
+            r.holes_bytes,
+            r.resumed_bytes,
+            r.elapsed,
+            [
+                Some(r.src_cached_before),
+                Some(r.src_cached_after),
+                Some(r.dst_cached_after),
+            ],
+        );
+        serde_json::to_string_pretty(&with(
+            base,
+            json!({
+                "files": r.files,
+                "dirs": r.dirs,
+                "symlinks": r.symlinks,
+                "skipped": r.skipped,
+                "unknown_residency_files": r.unknown_residency,
+                "verified_files": r.verified,
+            }),
+        ))? + "\n"
     } else {
         let mut s = format!(
             "copied {} file(s), {} director(ies), {} link(s): {} in {:.2} s ({:.1} MB/s) to {}\n\

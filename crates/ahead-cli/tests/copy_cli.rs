@@ -70,6 +70,17 @@ fn pattern(offset: u64, len: usize) -> Vec<u8> {
     v
 }
 
+fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
+
 fn same_bytes(a: &Path, b: &Path) {
     let (x, y) = (fs::read(a).unwrap(), fs::read(b).unwrap());
     assert_eq!(x.len(), y.len(), "{} vs {}", a.display(), b.display());
@@ -373,14 +384,7 @@ fn a_pipe_is_copied_as_a_stream_and_cannot_be_resumed() {
     assert!(fs::read(&dst).unwrap() == want);
 
     let fifo = dir.path().join("fifo");
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &fifo,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    mkfifo(&fifo);
     let o = ahead(&["copy", "--resume", s(&fifo), s(&dir.path().join("x"))]);
     assert_eq!(o.status.code(), Some(4));
     assert!(stderr(&o).contains("cannot be resumed"), "{}", stderr(&o));
@@ -673,14 +677,7 @@ fn a_tree_is_copied_with_r_and_not_into_itself() {
     gen(&src.join("a/b"), "deep", 300_001);
     gen(&src.join("a"), "empty", 0);
     std::os::unix::fs::symlink("../top", src.join("a/link")).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &src.join("a/fifo"),
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
+    mkfifo(&src.join("a/fifo"));
     let dst = dir.path().join("copy");
     let v = ok_json(&ahead(&[
         "copy",

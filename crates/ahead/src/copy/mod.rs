@@ -12,6 +12,10 @@
 //!   not one snapshot taken at open as nbdcopy does, which goes stale as
 //!   other processes use the file. Where residency cannot be seen at all,
 //!   the chunk is read with O_DIRECT, which neither adds nor drops pages.
+//!   Chunks with nothing cached are read with O_DIRECT in any case. The
+//!   source descriptor's kernel readahead is off (POSIX_FADV_RANDOM): each
+//!   chunk is one read already, and pages read ahead past a chunk would
+//!   outlive the copy.
 //! * Writes use `RWF_DONTCACHE` too; else Linus's technique as nbdcopy
 //!   uses it: start writeback of each chunk when written
 //!   (sync_file_range), and once eight more chunks have been written wait
@@ -44,7 +48,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::io::AlignedBuf;
@@ -328,12 +332,19 @@ struct SrcReader<'a> {
     want_direct: bool,
     dontcache: AtomicU8,
     direct: OnceLock<Option<(File, usize)>>,
-    no_readahead: Once,
     used: Used,
 }
 
 impl<'a> SrcReader<'a> {
     fn new(file: &'a File, path: &'a Path, opts: &CopyOptions) -> Self {
+        if opts.cache == CacheMode::Neutral {
+            // Chunks are read whole, in one I/O each (seed 001's rule), so
+            // the kernel's readahead adds nothing — and what it would read
+            // past a chunk that another thread reads with O_DIRECT, or past
+            // the last chunk read, would stay cached. Off, for this
+            // descriptor only.
+            let _ = sys::fadvise(file, 0, 0, rustix::fs::Advice::Random);
+        }
         SrcReader {
             file,
             path,
@@ -341,7 +352,6 @@ impl<'a> SrcReader<'a> {
             want_direct: opts.direct,
             dontcache: AtomicU8::new(if opts.dontcache { UNTRIED } else { MISSING }),
             direct: OnceLock::new(),
-            no_readahead: Once::new(),
             used: Used::default(),
         }
     }
@@ -400,13 +410,8 @@ impl<'a> SrcReader<'a> {
     /// The fallback: look at the chunk's residency now, read, drop only
     /// what was not cached before.
     fn read_keeping_residency(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        // The kernel's readahead would bring in pages past the chunk, which
-        // the next chunk's look would then take for pages cached before:
-        // switch it off for this descriptor (it reads what is asked, in one
-        // I/O — the chunk).
-        self.no_readahead.call_once(|| {
-            let _ = sys::fadvise(self.file, 0, 0, rustix::fs::Advice::Random);
-        });
+        // (The descriptor's readahead is off, see `new`: otherwise pages past
+        // the chunk would look to the next chunk like pages cached before.)
         let len = buf.len() as u64;
         let page = residency::page_size();
         let (first, end) = (offset / page, (offset + len).div_ceil(page));
