@@ -404,7 +404,7 @@ fn table(rows: &[Value], engines: &[&str]) -> String {
         "÷ cp+sync",
         "÷ nbdcopy",
         "src cached before→after",
-        "Δ src %",
+        "Δ src % (per rep)",
         "dst cached %",
         "checksums",
     ]);
@@ -433,7 +433,23 @@ fn table(rows: &[Value], engines: &[&str]) -> String {
             ratio(base("cp+sync")),
             ratio(base("nbdcopy")),
             format!("{before:.0}→{after:.0}"),
-            format!("{:+.2}", 100.0 * (after - before) / pages),
+            {
+                // Per repetition, then the median and the worst: medians of
+                // the two columns separately would mix repetitions.
+                let d: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| {
+                        let b = r["src_cached_pages_before"].as_f64()?;
+                        let a = r["src_cached_pages_after"].as_f64()?;
+                        Some(100.0 * (a - b) / pages)
+                    })
+                    .collect();
+                let worst = d
+                    .iter()
+                    .copied()
+                    .fold(0.0f64, |w, x| if x.abs() > w.abs() { x } else { w });
+                format!("{:+.2} (worst {worst:+.2})", median(d))
+            },
             format!("{:.2}", 100.0 * dst / pages),
             if rs.iter().all(|r| r["checksum_equal"] == true) {
                 "equal".into()

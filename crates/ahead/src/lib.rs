@@ -13,6 +13,10 @@
 //!   io_uring or a thread pool);
 //! * [`ra`] — the readahead policies (pure decision logic) and the
 //!   [`ra::drive`] function that every engine uses to consult them;
+//! * [`residency`] — the kernel page cache's view of a file (cachestat,
+//!   mincore), evict and warm;
+//! * [`copy`] — the copy engine behind `ahead copy` (parallel,
+//!   sparse-aware, neutral to the page cache, resumable, verified);
 //! * [`sys`] — the system calls that need a thin wrapper;
 //! * [`testdata`] — generated file contents in which every byte is checkable;
 //! * [`units`] — page/byte conversions and human-readable sizes.
@@ -39,6 +43,10 @@
 //! # std::fs::remove_file(&path).unwrap();
 //! # Ok::<(), ahead::Error>(())
 //! ```
+//!
+//! More in `examples/`: `stream` (a file through [`File::reader`]),
+//! `random_depth` (64 KiB random reads at depth 64 through
+//! [`File::read_many`]) and `tokio` (tasks awaiting [`File::read_at_async`]).
 //!
 //! A readahead decision on its own:
 //!
