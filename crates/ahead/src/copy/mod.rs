@@ -24,7 +24,7 @@
 //! Safety: a regular destination is written under a temporary name beside
 //! it (`.NAME.ahead-part`) and renamed into place only when complete (after
 //! fsync unless asked not to), so no interrupted copy leaves a destination
-//! that looks complete. A journal (`.NAME.ahead-journal`, see [`journal`])
+//! that looks complete. A journal (`.NAME.ahead-journal`, see the `journal` module)
 //! lists finished chunks; [`CopyOptions::resume`] continues from it. An
 //! error removes the temporary file and the journal; a process killed
 //! mid-copy leaves both, for `--resume`.

@@ -33,7 +33,7 @@
 //!   has today (context readahead, oversize reads, the "merge the next
 //!   window" rule).
 //! * [`legacy`] — the two-window algorithm that on-demand replaced.
-//! * [`ahead`](self::ahead) — ours: a table of streams per file, so that
+//! * [`ahead`] — ours: a table of streams per file, so that
 //!   interleaved readers each keep a window; backward and strided patterns;
 //!   thrash and lateness feedback.
 //!
