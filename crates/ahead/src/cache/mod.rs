@@ -179,7 +179,7 @@ pub(crate) struct Plan {
 
 /// The state under the cache's lock.
 pub(crate) struct Inner {
-    files: HashMap<FileId, FilePages>,
+    files: HashMap<FileId, FilePages, BuildHasherDefault<IndexHasher>>,
     owner: Vec<Option<(FileId, u64)>>,
     free: Vec<u32>,
     eviction: Box<dyn Eviction>,
@@ -212,7 +212,7 @@ impl PageCache {
             pins: (0..frames).map(|_| AtomicU32::new(0)).collect(),
             reserve,
             inner: Mutex::new(Inner {
-                files: HashMap::new(),
+                files: HashMap::default(),
                 owner: vec![None; frames],
                 free: (0..frames as u32).rev().collect(),
                 eviction: eviction::new_eviction(eviction, frames),
