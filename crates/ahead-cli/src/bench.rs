@@ -262,8 +262,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
         format_size(size),
         started.elapsed().as_secs_f64()
     );
+    // The benchmark runs one engine at a time in this process, so its peak
+    // resident set is one engine's cache plus everything else.
+    let peak = peak_rss();
+    let allowance = config.cache_bytes + (64 << 20);
+    match peak {
+        Some(p) => println!(
+            "peak RSS {} (cache budget {} + 64 MiB = {}): {}",
+            format_size(p),
+            format_size(config.cache_bytes),
+            format_size(allowance),
+            if p <= allowance { "within" } else { "OVER" }
+        ),
+        None => println!("peak RSS: unknown (no /proc/self/status)"),
+    }
     if let Some(j) = &args.json {
-        let v: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        let mut v: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        v.push(serde_json::json!({
+            "pattern": "peak-rss",
+            "engine": "ahead",
+            "peak_rss_bytes": peak,
+            "cache_bytes": config.cache_bytes,
+        }));
         std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("write {}", j.display()))?;
     }
@@ -357,6 +377,14 @@ fn table(rows: &[Row]) -> String {
         ]);
     }
     t.render()
+}
+
+/// The process's peak resident set (VmHWM), bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb << 10)
 }
 
 fn row_json(r: &Row) -> serde_json::Value {

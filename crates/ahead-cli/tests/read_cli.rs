@@ -145,7 +145,13 @@ fn bench_writes_rows_for_every_pattern_and_engine() {
     assert!(rows
         .iter()
         .any(|r| r["pattern"] == "random-4k" && r["p50_us"].as_f64().is_some()));
+    let rss = rows
+        .iter()
+        .find(|r| r["pattern"] == "peak-rss")
+        .expect("a peak-rss row");
+    assert!(rss["peak_rss_bytes"].as_u64().unwrap() > 0, "{rss}");
     let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("peak RSS"), "{table}");
     assert!(
         table.contains("÷ kernel") && table.contains("cached-16k"),
         "{table}"
