@@ -48,6 +48,12 @@ pub fn run(args: CatArgs) -> Result<bool> {
 
 fn copy(engine: &ahead::Engine, path: &PathBuf, out: &mut impl Write) -> io::Result<()> {
     let file = engine.open(path)?;
+    if !file.is_direct() {
+        eprintln!(
+            "ahead: warning: {}: the file system refuses O_DIRECT; read through the kernel's cache instead",
+            path.display()
+        );
+    }
     let mut reader = file.reader();
     loop {
         let chunk = reader.fill_buf()?;

@@ -158,3 +158,53 @@ fn bench_writes_rows_for_every_pattern_and_engine() {
     );
     assert!(std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
 }
+
+#[test]
+fn no_permission_and_tmpfs_are_reported_not_hidden() {
+    let dir = scratch();
+    // tmpfs refuses O_DIRECT: cat still prints the bytes, and says so.
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() && !ahead::testdata::supports_direct(shm) {
+        let t = tempfile::tempdir_in(shm).unwrap();
+        let f = gen(t.path(), "f", 10_001);
+        let o = ahead(&["cat", s(&f)]);
+        assert!(o.status.success());
+        assert_eq!(o.stdout, std::fs::read(&f).unwrap());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("warning") && err.contains("O_DIRECT"), "{err}");
+    } else {
+        eprintln!("SKIP the tmpfs half: no /dev/shm without O_DIRECT here");
+    }
+    if !rustix::process::geteuid().is_root()
+        || std::process::Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        eprintln!("SKIP the permission half: needs root and setpriv to act as another user");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = gen(dir.path(), "secret", 8192);
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for args in [vec!["cat", s(&secret)], vec!["read", s(&secret)]] {
+        let o = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_ahead"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if err.contains("setpriv") {
+            eprintln!("SKIP the permission half: user 65534 cannot run the test binary here");
+            return;
+        }
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(o.stdout.is_empty());
+        assert!(
+            err.contains("Permission denied") && err.contains("secret"),
+            "{args:?}: {err}"
+        );
+    }
+}
