@@ -531,6 +531,9 @@ struct DstWriter<'a> {
     direct: Option<(File, usize)>,
     direct_ok: AtomicBool,
     used: Used,
+    /// Fault injection for tests of `--verify`: flip the byte at this
+    /// destination offset as it is written (`AHEAD_FAULT_CORRUPT_WRITE_AT`).
+    corrupt_at: Option<u64>,
 }
 
 impl<'a> DstWriter<'a> {
@@ -548,10 +551,29 @@ impl<'a> DstWriter<'a> {
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
             used: Used::default(),
+            corrupt_at: std::env::var("AHEAD_FAULT_CORRUPT_WRITE_AT")
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 
     fn write_all_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        if let Some(at) = self.corrupt_at {
+            if (offset..offset + buf.len() as u64).contains(&at) {
+                let mut bad = buf.to_vec();
+                bad[(at - offset) as usize] ^= 0xff;
+                return self.write_clean(&bad, offset, windows);
+            }
+        }
+        self.write_clean(buf, offset, windows)
+    }
+
+    fn write_clean(
         &self,
         buf: &[u8],
         offset: u64,
