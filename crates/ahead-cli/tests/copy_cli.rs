@@ -740,3 +740,33 @@ fn a_corrupted_write_fails_verification_and_no_destination_appears() {
     assert!(o.status.success());
     assert_ne!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
 }
+
+#[test]
+fn permission_bits_follow_a_regular_source_not_a_pipe() {
+    let dir = scratch();
+    let src = gen(dir.path(), "src", 5000);
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o640)).unwrap();
+    let dst = dir.path().join("dst");
+    ok_json(&ahead(&["copy", "--json", s(&src), s(&dst)]));
+    assert_eq!(fs::metadata(&dst).unwrap().mode() & 0o777, 0o640);
+    let from_pipe = dir.path().join("from-pipe");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["copy", "--json", "/dev/stdin", s(&from_pipe)])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello").unwrap();
+    ok_json(&child.wait_with_output().unwrap());
+    // The umask, read without changing it (other tests run meanwhile).
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let umask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .map(|v| u32::from_str_radix(v.trim(), 8).unwrap())
+        .unwrap_or(0o022);
+    assert_eq!(
+        fs::metadata(&from_pipe).unwrap().mode() & 0o777,
+        0o666 & !umask
+    );
+}

@@ -912,7 +912,14 @@ pub fn copy(
                 .read(true)
                 .create(true)
                 .truncate(fresh)
-                .mode(src_meta.mode() & 0o7777)
+                // A regular file's permission bits carry over (the umask
+                // applies, as with cp); a copy of a device or a stream gets
+                // a new file's usual 0666 & ~umask.
+                .mode(if ft.is_file() {
+                    src_meta.mode() & 0o7777
+                } else {
+                    0o666
+                })
                 .open(tmp)
                 .map_err(io_err("create", tmp, None))?;
             let cleanup = Cleanup {
