@@ -1156,7 +1156,8 @@ fn copy_worker(
                 continue;
             }
             if let Some(rate) = opts.bwlimit {
-                // Pace against the bytes started so far.
+                // Pace against the bytes finished so far plus this chunk
+                // (with several threads, up to `depth` chunks run ahead).
                 let planned = sh.done_bytes.load(Ordering::Relaxed) + task.len;
                 let due = Duration::from_secs_f64(planned as f64 / rate.max(1) as f64);
                 let now = sh.started.elapsed();
