@@ -6,49 +6,17 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use ahead::residency;
+use common::{ahead, as_nobody, gen, mkfifo, ok_json, s, scratch, stderr};
 use serde_json::Value;
 
 const PAGE: u64 = 4096;
 const MIB: u64 = 1 << 20;
-
-fn ahead(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(args)
-        .output()
-        .expect("run ahead")
-}
-
-fn ok_json(o: &Output) -> Value {
-    assert!(
-        o.status.success(),
-        "ahead failed ({:?}): {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap()
-}
-
-fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    ahead::testdata::write_file(&p, size).unwrap();
-    p
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn cached(p: &Path) -> u64 {
     let f = fs::File::open(p).unwrap();
@@ -68,17 +36,6 @@ fn pattern(offset: u64, len: usize) -> Vec<u8> {
     let mut v = vec![0u8; len];
     ahead::testdata::fill(&mut v, offset);
     v
-}
-
-fn mkfifo(path: &Path) {
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        path,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
 }
 
 fn same_bytes(a: &Path, b: &Path) {
@@ -434,32 +391,18 @@ fn bad_input_is_refused_clearly_and_nothing_is_left_behind() {
 
 #[test]
 fn no_permission_is_a_clear_error() {
-    if !rustix::process::geteuid().is_root()
-        || Command::new("setpriv").arg("--version").output().is_err()
-    {
-        eprintln!(
-            "SKIP no_permission_is_a_clear_error: needs root and setpriv to act as another user"
-        );
-        return;
-    }
     let dir = scratch();
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let src = gen(dir.path(), "secret", MIB);
     fs::set_permissions(&src, fs::Permissions::from_mode(0o600)).unwrap();
     let out = tempfile::tempdir().unwrap();
     fs::set_permissions(out.path(), fs::Permissions::from_mode(0o777)).unwrap();
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_ahead"))
-        .args(["copy", s(&src), s(&out.path().join("x"))])
-        .output()
-        .unwrap();
-    if stderr(&o).contains("setpriv") {
-        eprintln!(
-            "SKIP no_permission_is_a_clear_error: user 65534 cannot run the test binary here"
-        );
+    let Some(o) = as_nobody(
+        "no_permission_is_a_clear_error",
+        &["copy", s(&src), s(&out.path().join("x"))],
+    ) else {
         return;
-    }
+    };
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
     assert_eq!(fs::read_dir(out.path()).unwrap().count(), 0);

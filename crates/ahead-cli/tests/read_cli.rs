@@ -1,29 +1,11 @@
 //! `ahead read`, `ahead cat` and `ahead bench` as a user runs them: the real
 //! binary on generated files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn ahead(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(args)
-        .output()
-        .expect("run ahead")
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap()
-}
-
-fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    ahead::testdata::write_file(&p, size).unwrap();
-    p
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use common::{ahead, as_nobody, gen, s, scratch};
 
 #[test]
 fn cat_prints_the_exact_bytes_of_odd_sized_files() {
@@ -175,31 +157,15 @@ fn no_permission_and_tmpfs_are_reported_not_hidden() {
     } else {
         eprintln!("SKIP the tmpfs half: no /dev/shm without O_DIRECT here");
     }
-    if !rustix::process::geteuid().is_root()
-        || std::process::Command::new("setpriv")
-            .arg("--version")
-            .output()
-            .is_err()
-    {
-        eprintln!("SKIP the permission half: needs root and setpriv to act as another user");
-        return;
-    }
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let secret = gen(dir.path(), "secret", 8192);
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     for args in [vec!["cat", s(&secret)], vec!["read", s(&secret)]] {
-        let o = Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_ahead"))
-            .args(&args)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        if err.contains("setpriv") {
-            eprintln!("SKIP the permission half: user 65534 cannot run the test binary here");
+        let Some(o) = as_nobody("no_permission (read, cat)", &args) else {
             return;
-        }
+        };
+        let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         assert!(o.stdout.is_empty());
         assert!(

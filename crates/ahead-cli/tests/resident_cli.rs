@@ -1,43 +1,15 @@
 //! `ahead stat`, `ahead evict` and `ahead warm` as a user runs them, checked
 //! against the kernel's own counters and util-linux fincore.
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use serde_json::Value;
+use common::{ahead, as_nobody, gen, ok_json as json, s, scratch};
 
 const PAGE: u64 = 4096;
-
-fn ahead(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(args)
-        .output()
-        .expect("run ahead")
-}
-
-fn json(o: &Output) -> Value {
-    assert!(
-        o.status.success(),
-        "ahead failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
-}
-
-fn scratch() -> tempfile::TempDir {
-    tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap()
-}
-
-fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
-    let p = dir.join(name);
-    ahead::testdata::write_file(&p, size).unwrap();
-    p
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 fn cached(path: &Path) -> u64 {
     let v = json(&ahead(&["stat", "--json", s(path)]));
@@ -113,30 +85,16 @@ fn stat_agrees_with_fincore() {
 
 #[test]
 fn residency_the_kernel_hides_is_unknown_not_invented() {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIP residency_the_kernel_hides_is_unknown_not_invented: needs root to run a command as another user");
-        return;
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!(
-            "SKIP residency_the_kernel_hides_is_unknown_not_invented: setpriv is not installed"
-        );
-        return;
-    }
     let dir = scratch();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let f = gen(dir.path(), "f", 64 * PAGE);
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_ahead"))
-        .args(["stat", "--json", s(&f)])
-        .output()
-        .unwrap();
-    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Permission denied") {
-        eprintln!("SKIP residency_the_kernel_hides_is_unknown_not_invented: user 65534 cannot run the test binary here");
+    let Some(o) = as_nobody(
+        "residency_the_kernel_hides_is_unknown_not_invented",
+        &["stat", "--json", s(&f)],
+    ) else {
         return;
-    }
+    };
     let v = json(&o);
     let row = &v["files"][0];
     assert!(row["cached"].is_null(), "{v}");

@@ -1,17 +1,8 @@
 //! The `ahead sim` command as a user runs it: the real binary.
 
-use std::process::Command;
+mod common;
 
-fn ahead(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(args)
-        .output()
-        .expect("run ahead")
-}
-
-fn stderr(o: &std::process::Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{ahead, stderr};
 
 #[test]
 fn json_has_the_documented_fields() {

@@ -1,0 +1,85 @@
+//! Helpers shared by the CLI's integration tests: running the real binary,
+//! generated files in a scratch directory, and running as another user.
+// Each test crate uses a different subset.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs the `ahead` binary with `args`.
+pub fn ahead(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(args)
+        .output()
+        .expect("run ahead")
+}
+
+/// The JSON a successful run printed on stdout.
+pub fn ok_json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "ahead failed ({:?}): {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+/// What a run printed on stderr.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh directory where O_DIRECT works if the machine has one.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap()
+}
+
+/// A generated file of `size` bytes (every byte derived from its offset).
+pub fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let p = dir.join(name);
+    ahead::testdata::write_file(&p, size).unwrap();
+    p
+}
+
+/// A path as a command-line argument.
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Makes a FIFO at `path`.
+pub fn mkfifo(path: &Path) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
+
+/// Runs `ahead args` as user and group 65534 (nobody) through setpriv.
+/// `None`, after a SKIP line naming `test`, where that cannot be done here
+/// (not root, no setpriv, or nobody cannot run the test binary).
+pub fn as_nobody(test: &str, args: &[&str]) -> Option<Output> {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP {test}: needs root to run a command as another user");
+        return None;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIP {test}: setpriv is not installed");
+        return None;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_ahead"))
+        .args(args)
+        .output()
+        .unwrap();
+    if stderr(&o).contains("setpriv:") {
+        eprintln!("SKIP {test}: user 65534 cannot run the test binary here");
+        return None;
+    }
+    Some(o)
+}
