@@ -134,6 +134,31 @@ fn walk(
     }
 }
 
+/// Reports the paths that are not files, then runs `work` on each file,
+/// opened, and `show` on what it returned; a file whose `work` fails is
+/// reported on stderr and the others go on. Whether every path went well.
+fn each_file<T>(
+    files: &[PathBuf],
+    errors: &[String],
+    mut work: impl FnMut(&fs::File) -> io::Result<T>,
+    mut show: impl FnMut(&Path, T),
+) -> bool {
+    for e in errors {
+        eprintln!("ahead: {e}");
+    }
+    let mut ok = errors.is_empty();
+    for path in files {
+        match open(path).and_then(|f| work(&f)) {
+            Ok(v) => show(path, v),
+            Err(e) => {
+                eprintln!("ahead: {}: {e}", path.display());
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
 fn open(path: &Path) -> io::Result<fs::File> {
     let f = fs::File::open(path)?;
     Ok(f)
@@ -294,58 +319,50 @@ pub fn stat(args: StatArgs) -> Result<bool> {
     if args.map && files.len() != 1 {
         bail!("--map takes exactly one file ({} given)", files.len());
     }
-    let mut ok = errors.is_empty();
-    for e in &errors {
-        eprintln!("ahead: {e}");
-    }
     let mut total = Total::default();
     let mut rows = Vec::new();
     if !args.paths.json && !files.is_empty() {
         println!("{STAT_HEADER}");
     }
-    for path in &files {
-        let res = open(path).and_then(|f| {
-            let size = size_of(&f)?;
-            let seen = residency::of_range(&f, 0, u64::MAX)?;
+    let ok = each_file(
+        &files,
+        &errors,
+        |f| {
+            let size = size_of(f)?;
+            let seen = residency::of_range(f, 0, u64::MAX)?;
             let map = if args.map {
-                residency::page_map(&f, 0, u64::MAX)?
+                residency::page_map(f, 0, u64::MAX)?
             } else {
                 None
             };
             Ok((size, seen, map))
-        });
-        match res {
-            Ok((size, seen, map)) => {
-                total.add(size, &seen);
-                if args.paths.json {
-                    let mut row = json!({"path": path, "size": size});
-                    merge(&mut row, seen_json(&seen));
-                    if let Some(map) = &map {
-                        let runs: Vec<[u64; 2]> = residency::runs(map, true)
-                            .into_iter()
-                            .map(|(s, n)| [s, n])
-                            .collect();
-                        row["cached_runs"] = json!(runs);
-                    }
-                    rows.push(row);
-                } else {
-                    println!("{}", stat_line(path, size, &seen));
-                    if let Seen::Unknown { why, .. } = &seen {
-                        eprintln!("ahead: {}: residency unknown: {why}", path.display());
-                    }
-                    if let Some(map) = &map {
-                        print!("{}", map_text(map));
-                    } else if args.map {
-                        println!("(no page map: the kernel would not show this file's pages)");
-                    }
+        },
+        |path, (size, seen, map)| {
+            total.add(size, &seen);
+            if args.paths.json {
+                let mut row = json!({"path": path, "size": size});
+                merge(&mut row, seen_json(&seen));
+                if let Some(map) = &map {
+                    let runs: Vec<[u64; 2]> = residency::runs(map, true)
+                        .into_iter()
+                        .map(|(s, n)| [s, n])
+                        .collect();
+                    row["cached_runs"] = json!(runs);
+                }
+                rows.push(row);
+            } else {
+                println!("{}", stat_line(path, size, &seen));
+                if let Seen::Unknown { why, .. } = &seen {
+                    eprintln!("ahead: {}: residency unknown: {why}", path.display());
+                }
+                if let Some(map) = &map {
+                    print!("{}", map_text(map));
+                } else if args.map {
+                    println!("(no page map: the kernel would not show this file's pages)");
                 }
             }
-            Err(e) => {
-                eprintln!("ahead: {}: {e}", path.display());
-                ok = false;
-            }
-        }
-    }
+        },
+    );
     if args.paths.json {
         println!(
             "{}",
@@ -390,51 +407,43 @@ fn show(v: Option<u64>) -> String {
 /// Runs `ahead evict`: DONTNEED on every file, cached pages before and after.
 pub fn evict(args: EvictArgs) -> Result<bool> {
     let (files, errors) = expand(&args.paths);
-    let mut ok = errors.is_empty();
-    for e in &errors {
-        eprintln!("ahead: {e}");
-    }
     let mut rows = Vec::new();
-    for path in &files {
-        let res = open(path).and_then(|f| {
-            let before = residency::of_range(&f, 0, u64::MAX)?;
-            residency::evict(&f, 0, 0)?;
-            let after = residency::of_range(&f, 0, u64::MAX)?;
+    let ok = each_file(
+        &files,
+        &errors,
+        |f| {
+            let before = residency::of_range(f, 0, u64::MAX)?;
+            residency::evict(f, 0, 0)?;
+            let after = residency::of_range(f, 0, u64::MAX)?;
             Ok((before, after))
-        });
-        match res {
-            Ok((before, after)) => {
-                let (b, a) = (cached_of(&before), cached_of(&after));
-                if args.paths.json {
-                    rows.push(json!({
-                        "path": path,
-                        "pages": before.pages(),
-                        "cached_before": b,
-                        "cached_after": a,
-                    }));
-                } else {
-                    let left = match after.known() {
-                        Some(r) if r.cached > 0 => format!(
-                            " ({} still cached: dirty, mapped or locked pages stay)",
-                            r.cached
-                        ),
-                        _ => String::new(),
-                    };
-                    println!(
-                        "{}: {} -> {} cached pages of {}{left}",
-                        path.display(),
-                        show(b),
-                        show(a),
-                        before.pages()
-                    );
-                }
+        },
+        |path, (before, after)| {
+            let (b, a) = (cached_of(&before), cached_of(&after));
+            if args.paths.json {
+                rows.push(json!({
+                    "path": path,
+                    "pages": before.pages(),
+                    "cached_before": b,
+                    "cached_after": a,
+                }));
+            } else {
+                let left = match after.known() {
+                    Some(r) if r.cached > 0 => format!(
+                        " ({} still cached: dirty, mapped or locked pages stay)",
+                        r.cached
+                    ),
+                    _ => String::new(),
+                };
+                println!(
+                    "{}: {} -> {} cached pages of {}{left}",
+                    path.display(),
+                    show(b),
+                    show(a),
+                    before.pages()
+                );
             }
-            Err(e) => {
-                eprintln!("ahead: {}: {e}", path.display());
-                ok = false;
-            }
-        }
-    }
+        },
+    );
     if args.paths.json {
         println!(
             "{}",
@@ -448,71 +457,63 @@ pub fn evict(args: EvictArgs) -> Result<bool> {
 /// `--range`) into the page cache.
 pub fn warm(args: WarmArgs) -> Result<bool> {
     let (files, errors) = expand(&args.paths);
-    let mut ok = errors.is_empty();
-    for e in &errors {
-        eprintln!("ahead: {e}");
-    }
     let (start, end) = args.range.unwrap_or((0, u64::MAX));
     let mut rows = Vec::new();
-    for path in &files {
-        let res = open(path).and_then(|f| {
-            let size = size_of(&f)?;
+    let ok = each_file(
+        &files,
+        &errors,
+        |f| {
+            let size = size_of(f)?;
             if args.range.is_some() && start >= size {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!("range starts at {start}, past the end of the file ({size} bytes)"),
                 ));
             }
-            let before = residency::of_range(&f, start, end - start)?;
-            let report = residency::warm(&f, start, end - start)?;
-            let after = residency::of_range(&f, start, end - start)?;
+            let before = residency::of_range(f, start, end - start)?;
+            let report = residency::warm(f, start, end - start)?;
+            let after = residency::of_range(f, start, end - start)?;
             Ok((before, report, after))
-        });
-        match res {
-            Ok((before, report, after)) => {
-                let secs = report.elapsed.as_secs_f64();
-                let mb_s = if secs > 0.0 {
-                    report.bytes_read as f64 / secs / 1e6
+        },
+        |path, (before, report, after)| {
+            let secs = report.elapsed.as_secs_f64();
+            let mb_s = if secs > 0.0 {
+                report.bytes_read as f64 / secs / 1e6
+            } else {
+                0.0
+            };
+            if args.paths.json {
+                rows.push(json!({
+                    "path": path,
+                    "pages": before.pages(),
+                    "cached_before": cached_of(&before),
+                    "cached_after": cached_of(&after),
+                    "bytes_read": report.bytes_read,
+                    "reads": report.reads,
+                    "map_seen": report.map_seen,
+                    "elapsed_s": secs,
+                    "mb_s": mb_s,
+                }));
+            } else {
+                println!(
+                "{}: read {} in {} request(s), {:.3} s ({:.1} MB/s); cached pages {} -> {} of {}{}",
+                path.display(),
+                format_size(report.bytes_read),
+                report.reads,
+                secs,
+                mb_s,
+                show(cached_of(&before)),
+                show(cached_of(&after)),
+                before.pages(),
+                if report.map_seen {
+                    ""
                 } else {
-                    0.0
-                };
-                if args.paths.json {
-                    rows.push(json!({
-                        "path": path,
-                        "pages": before.pages(),
-                        "cached_before": cached_of(&before),
-                        "cached_after": cached_of(&after),
-                        "bytes_read": report.bytes_read,
-                        "reads": report.reads,
-                        "map_seen": report.map_seen,
-                        "elapsed_s": secs,
-                        "mb_s": mb_s,
-                    }));
-                } else {
-                    println!(
-                        "{}: read {} in {} request(s), {:.3} s ({:.1} MB/s); cached pages {} -> {} of {}{}",
-                        path.display(),
-                        format_size(report.bytes_read),
-                        report.reads,
-                        secs,
-                        mb_s,
-                        show(cached_of(&before)),
-                        show(cached_of(&after)),
-                        before.pages(),
-                        if report.map_seen {
-                            ""
-                        } else {
-                            " (page map not visible: read the whole range)"
-                        }
-                    );
+                    " (page map not visible: read the whole range)"
                 }
+            );
             }
-            Err(e) => {
-                eprintln!("ahead: {}: {e}", path.display());
-                ok = false;
-            }
-        }
-    }
+        },
+    );
     if args.paths.json {
         println!(
             "{}",
