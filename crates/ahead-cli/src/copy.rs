@@ -33,9 +33,10 @@ enum Cache {
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum ProgressKind {
-    /// A bar on a terminal, nothing otherwise.
+    /// A bar (bytes, rate, ETA) when stderr is a terminal, nothing otherwise.
     Auto,
-    /// Always a bar (on stderr).
+    /// What `auto` becomes on a terminal (indicatif draws only there).
+    #[value(skip)]
     Bar,
     /// JSON lines on stderr, twice a second.
     Json,
