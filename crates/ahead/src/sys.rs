@@ -231,44 +231,25 @@ pub const RWF_DONTCACHE: i32 = libc::RWF_DONTCACHE;
 /// preadv2(2) into `buf` with `flags` (RWF_*). EOPNOTSUPP where the file
 /// system does not support a flag, EINVAL where the kernel does not know it.
 pub fn pread_flags(fd: impl AsFd, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: one iovec describing `buf`, valid for the call.
-    let n = unsafe {
-        libc::preadv2(
-            fd.as_fd().as_raw_fd(),
-            &iov,
-            1,
-            offset as libc::off_t,
-            flags,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    Ok(rustix::io::preadv2(
+        fd,
+        &mut [io::IoSliceMut::new(buf)],
+        offset,
+        rw_flags(flags),
+    )?)
 }
 
 /// pwritev2(2) of `buf` with `flags` (RWF_*); same errors as [`pread_flags`].
 pub fn pwrite_flags(fd: impl AsFd, buf: &[u8], offset: u64, flags: i32) -> io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: one iovec describing `buf`, only read by the kernel.
-    let n = unsafe {
-        libc::pwritev2(
-            fd.as_fd().as_raw_fd(),
-            &iov,
-            1,
-            offset as libc::off_t,
-            flags,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
+    Ok(rustix::io::pwritev2(
+        fd,
+        &[io::IoSlice::new(buf)],
+        offset,
+        rw_flags(flags),
+    )?)
+}
+
+/// rustix's flag type, keeping bits it has no name for (RWF_DONTCACHE).
+fn rw_flags(flags: i32) -> rustix::io::ReadWriteFlags {
+    rustix::io::ReadWriteFlags::from_bits_retain(flags as u32)
 }
