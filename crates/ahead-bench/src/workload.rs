@@ -332,14 +332,20 @@ where
         bytes += b;
         lat.extend(l);
     }
-    let (p50_us, p99_us) = percentiles(&mut lat);
-    Ok(Measurement {
+    Ok(timed(bytes, seconds, &mut lat))
+}
+
+/// A measurement of `bytes` in `seconds`, with the median and 99th
+/// percentile of the request latencies, if any were timed.
+fn timed(bytes: u64, seconds: f64, lat: &mut [f64]) -> Measurement {
+    let (p50_us, p99_us) = percentiles(lat);
+    Measurement {
         bytes,
         seconds,
         p50_us,
         p99_us,
         ..Measurement::default()
-    })
+    }
 }
 
 fn percentiles(lat: &mut [f64]) -> (Option<f64>, Option<f64>) {
@@ -436,14 +442,7 @@ fn ahead_at_depth(
         }
     }
     let seconds = start.elapsed().as_secs_f64();
-    let (p50_us, p99_us) = percentiles(&mut lat);
-    Ok(Measurement {
-        bytes,
-        seconds,
-        p50_us,
-        p99_us,
-        ..Measurement::default()
-    })
+    Ok(timed(bytes, seconds, &mut lat))
 }
 
 /// Reads `offs` (each `bs` bytes) with O_DIRECT through io_uring, `depth`
