@@ -163,10 +163,43 @@ const WRITE_WINDOWS: usize = 8;
 const MIN_CHUNK: u64 = 1 << 20;
 const MAX_CHUNK: u64 = 8 << 20;
 
-/// A probe result shared by the threads: not tried yet, works, or not here.
-const UNTRIED: u8 = 0;
-const WORKS: u8 = 1;
-const MISSING: u8 = 2;
+/// An I/O flag (RWF_DONTCACHE) probed by its first uses and shared by the
+/// threads: until it has worked once, EOPNOTSUPP or EINVAL means "not on
+/// this kernel or file system" and switches it off for the rest of the copy.
+struct FlagProbe(AtomicU8);
+
+impl FlagProbe {
+    const UNTRIED: u8 = 0;
+    const WORKS: u8 = 1;
+    const MISSING: u8 = 2;
+
+    fn new(enabled: bool) -> Self {
+        FlagProbe(AtomicU8::new(if enabled {
+            Self::UNTRIED
+        } else {
+            Self::MISSING
+        }))
+    }
+
+    /// Runs `op`, which uses the flag, unless the flag is known to be
+    /// missing. `None`: it is (or `op` just found out); use the fallback.
+    fn attempt(&self, op: impl FnOnce() -> Result<()>) -> Option<Result<()>> {
+        if self.0.load(Ordering::Relaxed) == Self::MISSING {
+            return None;
+        }
+        match op() {
+            Ok(()) => {
+                self.0.store(Self::WORKS, Ordering::Relaxed);
+                Some(Ok(()))
+            }
+            Err(e) if self.0.load(Ordering::Relaxed) == Self::UNTRIED && unsupported(&e) => {
+                self.0.store(Self::MISSING, Ordering::Relaxed);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+}
 
 fn io_err<'p>(
     op: &'static str,
@@ -330,7 +363,7 @@ struct SrcReader<'a> {
     path: &'a Path,
     mode: CacheMode,
     want_direct: bool,
-    dontcache: AtomicU8,
+    dontcache: FlagProbe,
     direct: OnceLock<Option<(File, usize)>>,
     used: Used,
 }
@@ -350,7 +383,7 @@ impl<'a> SrcReader<'a> {
             path,
             mode: opts.cache,
             want_direct: opts.direct,
-            dontcache: AtomicU8::new(if opts.dontcache { UNTRIED } else { MISSING }),
+            dontcache: FlagProbe::new(opts.dontcache),
             direct: OnceLock::new(),
             used: Used::default(),
         }
@@ -386,21 +419,12 @@ impl<'a> SrcReader<'a> {
                 {
                     return Ok(());
                 }
-                if self.dontcache.load(Ordering::Relaxed) != MISSING {
-                    match self.fill(self.file, buf, offset, sys::RWF_DONTCACHE) {
-                        Ok(()) => {
-                            self.dontcache.store(WORKS, Ordering::Relaxed);
-                            bump(&self.used.dontcache);
-                            return Ok(());
-                        }
-                        Err(e)
-                            if self.dontcache.load(Ordering::Relaxed) == UNTRIED
-                                && unsupported(&e) =>
-                        {
-                            self.dontcache.store(MISSING, Ordering::Relaxed);
-                        }
-                        Err(e) => return Err(e),
+                let flagged = || self.fill(self.file, buf, offset, sys::RWF_DONTCACHE);
+                if let Some(r) = self.dontcache.attempt(flagged) {
+                    if r.is_ok() {
+                        bump(&self.used.dontcache);
                     }
+                    return r;
                 }
                 self.read_keeping_residency(buf, offset)
             }
@@ -527,7 +551,7 @@ struct DstWriter<'a> {
     file: &'a File,
     path: &'a Path,
     mode: CacheMode,
-    dontcache: AtomicU8,
+    dontcache: FlagProbe,
     direct: Option<(File, usize)>,
     direct_ok: AtomicBool,
     used: Used,
@@ -547,7 +571,7 @@ impl<'a> DstWriter<'a> {
             file,
             path,
             mode: opts.cache,
-            dontcache: AtomicU8::new(if opts.dontcache { UNTRIED } else { MISSING }),
+            dontcache: FlagProbe::new(opts.dontcache),
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
             used: Used::default(),
@@ -598,18 +622,12 @@ impl<'a> DstWriter<'a> {
                 }
             }
         }
-        if self.dontcache.load(Ordering::Relaxed) != MISSING {
-            match self.put(self.file, buf, offset, sys::RWF_DONTCACHE) {
-                Ok(()) => {
-                    self.dontcache.store(WORKS, Ordering::Relaxed);
-                    bump(&self.used.dontcache);
-                    return Ok(());
-                }
-                Err(e) if self.dontcache.load(Ordering::Relaxed) == UNTRIED && unsupported(&e) => {
-                    self.dontcache.store(MISSING, Ordering::Relaxed);
-                }
-                Err(e) => return Err(e),
+        let flagged = || self.put(self.file, buf, offset, sys::RWF_DONTCACHE);
+        if let Some(r) = self.dontcache.attempt(flagged) {
+            if r.is_ok() {
+                bump(&self.used.dontcache);
             }
+            return r;
         }
         bump(&self.used.windows);
         self.put(self.file, buf, offset, 0)?;
