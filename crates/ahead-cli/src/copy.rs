@@ -156,13 +156,6 @@ fn totals(
     })
 }
 
-fn with(mut v: serde_json::Value, more: serde_json::Value) -> serde_json::Value {
-    if let (Some(a), serde_json::Value::Object(b)) = (v.as_object_mut(), more) {
-        a.extend(b);
-    }
-    v
-}
-
 /// The JSON summary of a copy (documented in the README).
 pub fn summary(r: &CopyReport) -> serde_json::Value {
     let base = totals(
@@ -174,7 +167,7 @@ pub fn summary(r: &CopyReport) -> serde_json::Value {
         r.elapsed,
         [r.src_cached_before, r.src_cached_after, r.dst_cached_after],
     );
-    with(
+    crate::with(
         base,
         json!({
             "checksum": r.checksum,
@@ -324,7 +317,7 @@ fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
                 Some(r.dst_cached_after),
             ],
         );
-        serde_json::to_string_pretty(&with(
+        serde_json::to_string_pretty(&crate::with(
             base,
             json!({
                 "files": r.files,

@@ -43,6 +43,15 @@ enum Command {
     Warm(resident::WarmArgs),
 }
 
+/// `v` with the fields of the object `more` added (JSON summaries built
+/// from shared parts).
+pub(crate) fn with(mut v: serde_json::Value, more: serde_json::Value) -> serde_json::Value {
+    if let (Some(a), serde_json::Value::Object(b)) = (v.as_object_mut(), more) {
+        a.extend(b);
+    }
+    v
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::Copy(args) = cli.command {

@@ -340,8 +340,7 @@ pub fn stat(args: StatArgs) -> Result<bool> {
         |path, (size, seen, map)| {
             total.add(size, &seen);
             if args.paths.json {
-                let mut row = json!({"path": path, "size": size});
-                merge(&mut row, seen_json(&seen));
+                let mut row = crate::with(json!({"path": path, "size": size}), seen_json(&seen));
                 if let Some(map) = &map {
                     let runs: Vec<[u64; 2]> = residency::runs(map, true)
                         .into_iter()
@@ -388,12 +387,6 @@ pub fn stat(args: StatArgs) -> Result<bool> {
         );
     }
     Ok(ok)
-}
-
-fn merge(into: &mut Value, from: Value) {
-    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
-        a.extend(b);
-    }
 }
 
 fn cached_of(seen: &Seen) -> Option<u64> {
