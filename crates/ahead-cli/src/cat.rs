@@ -49,10 +49,7 @@ pub fn run(args: CatArgs) -> Result<bool> {
 fn copy(engine: &ahead::Engine, path: &PathBuf, out: &mut impl Write) -> io::Result<()> {
     let file = engine.open(path)?;
     if !file.is_direct() {
-        eprintln!(
-            "ahead: warning: {}: the file system refuses O_DIRECT; read through the kernel's cache instead",
-            path.display()
-        );
+        crate::read::warn_not_direct(path);
     }
     let mut reader = file.reader();
     loop {

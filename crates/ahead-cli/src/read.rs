@@ -105,10 +105,7 @@ pub fn run(args: ReadArgs) -> Result<()> {
     };
     let m = workload::run(&args.file, &engine, &w).map_err(anyhow::Error::msg)?;
     if !m.direct && matches!(engine, Engine::Ahead { .. }) && !args.json {
-        eprintln!(
-            "ahead: warning: {}: the file system refuses O_DIRECT; read through the kernel's cache instead",
-            args.file.display()
-        );
+        warn_not_direct(&args.file);
     }
     if args.json {
         println!(
@@ -164,4 +161,13 @@ fn text(pattern: &str, engine: &str, bs: u64, m: &Measurement, stats: bool) -> S
         }
     }
     out
+}
+
+/// The warning printed when a file is read through the kernel's cache
+/// because its file system refuses O_DIRECT (tmpfs).
+pub fn warn_not_direct(path: &std::path::Path) {
+    eprintln!(
+        "ahead: warning: {}: the file system refuses O_DIRECT; read through the kernel's cache instead",
+        path.display()
+    );
 }
