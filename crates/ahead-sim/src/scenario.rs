@@ -420,12 +420,7 @@ fn iozone(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
                 "reverse",
                 Box::new(move || Box::new((0..records).rev().map(move |i| (i * rec, rec)))),
             ),
-            (
-                "stride",
-                Box::new(move || {
-                    Box::new((0..records).map(move |i| ((i * IOZONE_STRIDE) % records * rec, rec)))
-                }),
-            ),
+            ("stride", Box::new(move || stride_records(records, rec))),
             (
                 "random",
                 Box::new(move || random_records(seed, records, rec)),
@@ -451,6 +446,29 @@ fn iozone(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
             ));
         }
         out
+    }))
+}
+
+/// iozone's stride read (`thread_stride_read_test` in iozone.c): after
+/// reading record `r`, skip to `r + 17`; when that would reach the last
+/// record, start the next pass at record `passes % records` (1, 2, 3, ...),
+/// until as many records as the file holds were read. Each pass reads the
+/// next column of a file seen as rows of 17 records.
+fn stride_records(records: u64, rec: u64) -> Box<dyn Iterator<Item = (u64, u64)>> {
+    let (mut at, mut wraps) = (0u64, 0u64);
+    Box::new((0..records).map(move |_| {
+        let this = at;
+        if this + 1 + IOZONE_STRIDE >= records.saturating_sub(1) {
+            wraps += 1;
+            at = if records <= IOZONE_STRIDE {
+                0
+            } else {
+                wraps % records
+            };
+        } else {
+            at = this + IOZONE_STRIDE;
+        }
+        (this * rec, rec)
     }))
 }
 
@@ -728,6 +746,33 @@ mod tests {
     fn unknown_scenario() {
         let err = Scenario::parse("bogus", None).unwrap_err().to_string();
         assert!(err.contains("unknown scenario 'bogus'"), "{err}");
+    }
+
+    #[test]
+    fn stride_follows_iozone_column_by_column() {
+        let recs: Vec<u64> = stride_records(1700, 1).map(|(r, _)| r).collect();
+        assert_eq!(recs.len(), 1700);
+        assert_eq!(&recs[..3], &[0, 17, 34]);
+        // Each pass p starts at record p, right after the previous pass
+        // reached the last rows.
+        let starts: Vec<u64> = recs
+            .windows(2)
+            .filter(|w| w[1] < w[0])
+            .map(|w| w[1])
+            .collect();
+        assert_eq!(starts, (1..=17).collect::<Vec<u64>>());
+        // Every record is read once, except that the passes starting at 15
+        // and 16 wrap one row short (iozone wraps when the next record
+        // would reach the last one), and the reads left over begin another
+        // pass at 17: as many reads as the file has records.
+        let mut seen = vec![0u32; 1700];
+        for &r in &recs {
+            seen[r as usize] += 1;
+        }
+        let never: Vec<usize> = (0..1700).filter(|&r| seen[r] == 0).collect();
+        let twice: Vec<usize> = (0..1700).filter(|&r| seen[r] == 2).collect();
+        assert_eq!(never, vec![1698, 1699]);
+        assert_eq!(twice, vec![17, 34]);
     }
 
     #[test]
