@@ -690,6 +690,9 @@ impl CacheView for FileTable<'_> {
             evicted_unused: true,
         })
     }
+    fn capacity_pages(&self) -> Option<u64> {
+        Some(self.core.cfg.memory_pages)
+    }
 }
 
 impl PageTable for FileTable<'_> {

@@ -610,6 +610,9 @@ impl ra::CacheView for Planner<'_> {
             _ => None,
         }
     }
+    fn capacity_pages(&self) -> Option<u64> {
+        Some(self.cache.frames() as u64)
+    }
 }
 
 impl ra::PageTable for Planner<'_> {

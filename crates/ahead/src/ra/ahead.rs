@@ -25,6 +25,14 @@
 //! * **Stride.** Three requests of the same size separated by the same gap
 //!   (the gap confirmed twice) make a strided stream (read N, skip M); its
 //!   windows read only the runs the reader will want.
+//! * **Sweeps.** A strided reader that wraps around and starts again one
+//!   column further (at most a run above where its last sweep began, with
+//!   the same run and period) is reading a table column by column. Its
+//!   windows then read each run together with the next columns, as many as
+//!   three quarters of the cache ([`CacheView::capacity_pages`]) can hold
+//!   for every run of a sweep until the later sweeps come for them; an
+//!   engine that does not know its capacity gets no such columns. Each
+//!   sweep that finds columns read ahead for it evicted reads one fewer.
 //! * **Ramp-up** is the kernel's ([`init_window`], [`next_window`]), so a
 //!   plain sequential reader gets exactly the kernel's windows.
 //! * **Request-size awareness** (seed 001). A window made on a miss always
@@ -77,13 +85,22 @@ pub const MERGE_GAP: u64 = 16;
 /// reading the records alone).
 pub const MAX_READ_THROUGH: u64 = 4;
 
-/// A strided window of `runs` runs from `start`, or, if the gap is short
-/// enough to read through ([`MERGE_GAP`], [`MAX_READ_THROUGH`]), a forward window of whole
-/// periods (so that consecutive windows tile the file) reading no more
-/// pages than the `runs * run` it was granted.
-fn strided_window(start: u64, run: u64, period: u64, runs: u64, async_runs: u64) -> Window {
+/// A strided window of `runs` runs from `start`, or, if `through` allows and
+/// the gap is short enough to read through ([`MERGE_GAP`],
+/// [`MAX_READ_THROUGH`]), a forward window of whole periods (so that
+/// consecutive windows tile the file) reading no more pages than the
+/// `runs * run` it was granted.
+fn strided_window(
+    start: u64,
+    run: u64,
+    period: u64,
+    runs: u64,
+    async_runs: u64,
+    through: bool,
+) -> Window {
     let granted = runs * run;
-    if period - run <= MERGE_GAP && period <= MAX_READ_THROUGH * run && granted >= period {
+    if through && period - run <= MERGE_GAP && period <= MAX_READ_THROUGH * run && granted >= period
+    {
         let periods = granted / period;
         let async_periods = (async_runs * run).div_ceil(period).min(periods);
         return Window::forward(start, periods * period, async_periods * period);
@@ -106,6 +123,41 @@ fn strided_window(start: u64, run: u64, period: u64, runs: u64, async_runs: u64)
 /// seen twice.
 const STRIDE_CONFIRMATIONS: u32 = 2;
 
+/// A strided reader that, at the end of its sweep, starts the next sweep a
+/// little above where the last one began: the columns of a row-major table
+/// read one after the other, or iozone's stride test (record `r` is read in
+/// pass `r mod 17`, after its first pass wraps to record 1). Its windows
+/// also read the next columns of every run, as many as
+/// [`SWEEP_CACHE_SHARE`] of the cache can hold until the sweeps that want
+/// them arrive, so that those sweeps find them cached: one visit of the
+/// disk head per run for several sweeps instead of one per sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Sweep {
+    /// First page of the first sweep (column 0).
+    base: u64,
+    /// Distance between the first pages of consecutive sweeps (at most a
+    /// run: columns are adjacent or overlap).
+    step: u64,
+    /// Pages from the first to the last run of the previous sweep.
+    span: u64,
+    /// Columns read ahead with each run by the latest window.
+    cols: u64,
+    /// Most columns to read ahead: one fewer after every sweep that finds
+    /// columns read ahead for it evicted.
+    cap: u64,
+    /// This sweep has lowered `cap` already (once per sweep).
+    shrunk: bool,
+}
+
+/// Share of the cache that the columns of a sweep, with those read ahead
+/// for later sweeps, may fill: three quarters (numerator, denominator),
+/// leaving a quarter to everything else the cache holds. If that proves too
+/// much, columns are evicted before their sweep comes, and each sweep that
+/// finds that reads one column fewer from then on: a few pages lost (to pages
+/// that were cached when the window passed, so not read again, and aged out
+/// before their sweep) cost one column, not half of them.
+const SWEEP_CACHE_SHARE: (u64, u64) = (3, 4);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Direction {
     Unknown,
@@ -123,6 +175,10 @@ struct Stream {
     /// Candidate stride period and how many times it was seen.
     period: u64,
     confirmations: u32,
+    /// First page of the stream's first request.
+    origin: u64,
+    /// Set when this strided stream is one sweep of several.
+    sweep: Option<Sweep>,
     /// Current window size, in pages read.
     size: u64,
     /// Thrash cap on the window, in pages read.
@@ -145,6 +201,8 @@ impl Stream {
         last: Request { index: 0, count: 0 },
         period: 0,
         confirmations: 0,
+        origin: 0,
+        sweep: None,
         size: 0,
         cap: u64::MAX,
         boost: false,
@@ -239,7 +297,11 @@ impl Ahead {
                 consider(slot, Match::InsideWindow, s.last_used);
                 continue;
             }
-            if s.direction == Direction::Unknown
+            // A stream that has seen one request may turn out strided,
+            // even the one at page 0 that was taken for a whole-file read.
+            let one_request = s.direction == Direction::Unknown
+                || (s.direction == Direction::Forward && s.last.index == s.origin);
+            if one_request
                 && req.index > last_end
                 && req.count == s.last.count
                 && req.index - s.last.index <= MAX_STRIDE_PERIOD
@@ -266,6 +328,7 @@ impl Ahead {
             live: true,
             last_used: self.clock,
             last: req,
+            origin: req.index,
             // The first read of a file is taken as the start of a
             // whole-file read, as the kernel does.
             direction: if req.index == 0 {
@@ -278,6 +341,95 @@ impl Ahead {
         slot
     }
 
+    /// If `req` starts the next sweep of a strided stream (the same run,
+    /// at most one run above where that stream's sweep began, after it went
+    /// further), turns that stream into the new sweep and returns its slot.
+    fn next_sweep(&mut self, req: Request) -> Option<usize> {
+        let (slot, _) = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let Direction::Strided { run, period } = s.direction else {
+                    return None;
+                };
+                let step = req.index.checked_sub(s.origin)?;
+                let base = s.sweep.map_or(s.origin, |w| w.base);
+                let fits = req.index - base + run <= period;
+                let same_step = s.sweep.is_none_or(|w| w.step == step);
+                (s.live
+                    && req.count == run
+                    && step > 0
+                    && step <= run
+                    && fits
+                    && same_step
+                    && req.index < s.last.index)
+                    .then_some((i, s.last_used))
+            })
+            .max_by_key(|&(_, used)| used)?;
+        let old = self.streams[slot];
+        let step = req.index - old.origin;
+        let sweep = Sweep {
+            base: old.sweep.map_or(old.origin, |w| w.base),
+            step,
+            span: old.last.index - old.origin,
+            cols: old.sweep.map_or(0, |w| w.cols),
+            cap: old.sweep.map_or(u64::MAX, |w| w.cap),
+            shrunk: false,
+        };
+        self.streams[slot] = Stream {
+            live: true,
+            last_used: self.clock,
+            direction: old.direction,
+            last: req,
+            period: old.period,
+            confirmations: old.confirmations,
+            origin: req.index,
+            sweep: Some(sweep),
+            ..Stream::EMPTY
+        };
+        Some(slot)
+    }
+
+    /// How many further columns the windows of a sweep read with each run:
+    /// what is left of the period, what [`SWEEP_CACHE_SHARE`] of the cache
+    /// holds for every run of a sweep (as far as the last sweep went),
+    /// widened, what keeps a widened run within half the maximum window (so
+    /// a window holds two runs), and the cap that lost columns left.
+    fn sweep_columns(&self, s: &Stream, view: &dyn CacheView) -> u64 {
+        let (Some(w), Direction::Strided { run, period }) = (s.sweep, s.direction) else {
+            return 0;
+        };
+        let Some(capacity) = view.capacity_pages() else {
+            return 0;
+        };
+        let offset = s.origin - w.base;
+        let left = period.saturating_sub(run + offset) / w.step;
+        let positions = w.span / period + 1;
+        let (num, den) = SWEEP_CACHE_SHARE;
+        let per_position = capacity / den * num / positions;
+        let by_cache = per_position.saturating_sub(run) / w.step;
+        let by_max = (self.max / 2).saturating_sub(run) / w.step;
+        left.min(by_cache).min(by_max).min(w.cap)
+    }
+
+    /// The direction windows of stream `slot` are shaped by: its own, with
+    /// the runs of a sweep widened to the columns read ahead; and whether
+    /// its windows may read through short stride gaps (not a sweep's: its
+    /// runs are sized to the cache).
+    fn reading_direction(&mut self, slot: usize, view: &dyn CacheView) -> (Direction, bool) {
+        let s = self.streams[slot];
+        let cols = self.sweep_columns(&s, view);
+        match (s.direction, &mut self.streams[slot].sweep) {
+            (Direction::Strided { run, period }, Some(w)) => {
+                w.cols = cols;
+                let run = run + cols * w.step;
+                (Direction::Strided { run, period }, false)
+            }
+            (d, _) => (d, true),
+        }
+    }
+
     fn effective_max(&self, s: &Stream) -> u64 {
         self.max.min(s.cap).max(MIN_WINDOW.min(self.max))
     }
@@ -285,7 +437,15 @@ impl Ahead {
     /// A window of the stream's shape holding about `pages` pages read,
     /// starting at the request (forward, strided) or ending with it
     /// (backward). Always holds the whole request.
-    fn shaped(direction: Direction, req: Request, pages: u64, async_pages: u64) -> Window {
+    /// `through: false` never reads through stride gaps (the runs of a
+    /// sweep are already widened to what the cache holds).
+    fn shaped(
+        direction: Direction,
+        req: Request,
+        pages: u64,
+        async_pages: u64,
+        through: bool,
+    ) -> Window {
         let pages = pages.max(req.count);
         match direction {
             Direction::Backward => {
@@ -300,8 +460,10 @@ impl Ahead {
             }
             Direction::Strided { run, period } => {
                 let runs = (pages / run).max(1);
-                let async_runs = async_pages.div_ceil(run).min(runs);
-                strided_window(req.index, run, period, runs, async_runs)
+                // The first run holds the request: the marker goes on a
+                // later one.
+                let async_runs = async_pages.div_ceil(run).min(runs - 1);
+                strided_window(req.index, run, period, runs, async_runs, through)
             }
             Direction::Forward | Direction::Unknown => {
                 Window::forward(req.index, pages, async_pages.min(pages))
@@ -311,7 +473,7 @@ impl Ahead {
 
     /// The window after `prev` in the stream's direction, holding `pages`
     /// pages, all of it asynchronous.
-    fn following(direction: Direction, prev: &Window, pages: u64) -> Option<Window> {
+    fn following(direction: Direction, prev: &Window, pages: u64, through: bool) -> Option<Window> {
         match direction {
             Direction::Backward => {
                 if prev.start == 0 {
@@ -329,7 +491,14 @@ impl Ahead {
             Direction::Strided { run, period } => {
                 let runs = (pages / run).max(1);
                 let last_run = prev.start + (prev.size - 1) / period * period;
-                Some(strided_window(last_run + period, run, period, runs, runs))
+                Some(strided_window(
+                    last_run + period,
+                    run,
+                    period,
+                    runs,
+                    runs,
+                    through,
+                ))
             }
             Direction::Forward | Direction::Unknown => {
                 Some(Window::forward(prev.end(), pages, pages))
@@ -349,14 +518,20 @@ impl Ahead {
             return Some(Window::forward(req.index, req.count, 0));
         };
         let s = self.streams[slot];
-        let direction = s.direction;
-        if direction == Direction::Unknown {
+        if s.direction == Direction::Unknown {
             // Not (yet) a stream: read as is.
             return Some(Window::forward(req.index, req.count, 0));
         }
         let max = self.effective_max(&s);
         // Thrashing: readahead pages of this stream were evicted before use.
         let thrashed = view.shadow(req.index).is_some_and(|sh| sh.evicted_unused);
+        let (direction, through) = self.reading_direction(slot, view);
+        // A widened run takes a window of at least two runs, so that the
+        // marker sits on the second.
+        let min_pages = match direction {
+            Direction::Strided { run, .. } if run > req.count => (2 * run).min(max),
+            _ => 0,
+        };
         if thrashed {
             if let Some(issued_at) = s.owns(req.index) {
                 let survived = req.index.abs_diff(issued_at);
@@ -366,8 +541,12 @@ impl Ahead {
                 st.size = st.size.min(st.cap);
             }
             let st = self.streams[slot];
-            let pages = st.size.max(MIN_WINDOW).min(self.effective_max(&st));
-            let w = Self::shaped(direction, req, pages, pages / 2);
+            let pages = st
+                .size
+                .max(MIN_WINDOW)
+                .min(self.effective_max(&st))
+                .max(min_pages);
+            let w = Self::shaped(direction, req, pages, pages / 2, through);
             return Some(self.record(slot, w, req.index));
         }
         let pages = if s.window.is_none() || s.size == 0 {
@@ -381,7 +560,8 @@ impl Ahead {
             next_window(pages, max)
         } else {
             pages
-        };
+        }
+        .max(min_pages);
         let st = &mut self.streams[slot];
         st.boost = false;
         st.size = pages;
@@ -390,7 +570,7 @@ impl Ahead {
         } else {
             pages
         };
-        let w = Self::shaped(direction, req, pages, async_pages);
+        let w = Self::shaped(direction, req, pages, async_pages, through);
         Some(self.record(slot, w, req.index))
     }
 
@@ -407,7 +587,17 @@ impl Ahead {
         let Some(slot) = slot else {
             // A marker nobody remembers (the stream fell out of the table):
             // like the kernel's lookahead-clueless case, ramp up from the
-            // cached run after it, as a forward stream.
+            // cached run after it, as a forward stream. Unless the reader
+            // is known to go another way (backwards, strided): then the
+            // marker is a leftover of a window it has moved on from.
+            if let Some(c) = self.current {
+                if matches!(
+                    self.streams[c].direction,
+                    Direction::Backward | Direction::Strided { .. }
+                ) {
+                    return None;
+                }
+            }
             let start = next_miss(view, req.index + 1, self.max);
             if start - req.index > self.max || start >= view.file_pages() {
                 return None;
@@ -431,8 +621,29 @@ impl Ahead {
         st.boost = false;
         st.size = pages;
         st.last_used = self.clock;
-        let w = Self::following(s.direction, &prev, pages)?;
+        let (direction, through) = self.reading_direction(slot, view);
+        let w = Self::following(direction, &prev, pages, through)?;
         Some(self.record(slot, w, req.index))
+    }
+
+    /// Page `index` was evicted before use: if it is one of the columns a
+    /// sweep reads ahead, that sweep (and the ones after it) read one column
+    /// fewer.
+    fn sweep_lost(&mut self, index: u64) {
+        for s in self.streams.iter_mut().filter(|s| s.live) {
+            let (Some(w), Direction::Strided { run, period }) = (&mut s.sweep, s.direction) else {
+                continue;
+            };
+            if w.shrunk || index < w.base {
+                continue;
+            }
+            let column = (index - w.base) % period;
+            let first = s.origin - w.base;
+            if column >= first && column < first + run + w.cols * w.step {
+                w.shrunk = true;
+                w.cap = w.cols.saturating_sub(1);
+            }
+        }
     }
 
     fn stream_owning(&self, index: u64) -> Option<usize> {
@@ -453,7 +664,18 @@ impl Policy for Ahead {
 
     fn begin(&mut self, req: Request) {
         self.clock += 1;
-        let slot = match self.find(req) {
+        let found = self.find(req);
+        let continues = matches!(
+            found,
+            Some((_, Match::Forward | Match::Backward | Match::Stride))
+        );
+        if !continues {
+            if let Some(slot) = self.next_sweep(req) {
+                self.current = Some(slot);
+                return;
+            }
+        }
+        let slot = match found {
             None => self.new_stream(req),
             Some((slot, m)) => {
                 let s = &mut self.streams[slot];
@@ -483,6 +705,7 @@ impl Policy for Ahead {
                     Match::StrideCandidate(period) => {
                         s.period = period;
                         s.confirmations = 1;
+                        s.direction = Direction::Unknown;
                     }
                     Match::InsideWindow => {}
                 }
@@ -512,6 +735,7 @@ impl Policy for Ahead {
                 }
             }
             Feedback::EvictedUnused { index } => {
+                self.sweep_lost(index);
                 if let Some(slot) = self.stream_owning(index) {
                     let s = &mut self.streams[slot];
                     let owner = s.owning_window(index).map(|(w, _)| w.start);
@@ -659,6 +883,116 @@ mod tests {
                 assert!(!s.cache.present[p as usize], "gap page {p} was read");
             }
         }
+    }
+
+    /// iozone's stride read over `records` records of `run` pages: record
+    /// `r + 17` after `r`, each pass starting one record above the last.
+    /// Returns the number of windows issued during each pass.
+    fn iozone_stride(s: &mut Sim, run: u64, records: u64) -> Vec<usize> {
+        let (mut at, mut pass) = (0u64, 0usize);
+        let mut per_pass = vec![0usize];
+        for _ in 0..records {
+            let before = s.windows().len();
+            s.read(at * run, run);
+            per_pass[pass] += s.windows().len() - before;
+            if at + 1 + 17 >= records - 1 {
+                pass += 1;
+                per_pass.push(0);
+                at = pass as u64;
+            } else {
+                at += 17;
+            }
+        }
+        per_pass
+    }
+
+    #[test]
+    fn column_sweeps_read_the_next_columns_with_each_run() {
+        // 100 rows of 17 records of 4 pages; the cache holds 2200 pages, so
+        // three quarters of it give each of the 100 runs of a sweep 16
+        // pages: the sweep's own column and 3 more.
+        let mut s = Sim::new(PolicyKind::Ahead, 64, 6800);
+        s.cache.capacity = Some(2200);
+        let per_pass = iozone_stride(&mut s, 4, 1700);
+        assert!(
+            s.windows().iter().any(|w| w.shape
+                == Shape::Strided {
+                    run: 16,
+                    period: 68
+                }),
+            "{:?}",
+            &s.windows()[..s.windows().len().min(12)]
+        );
+        // Passes 1, 5, 9 and 13 (counting from 0) read columns 1-4, 5-8,
+        // 9-12 and 13-16 with a window every few rows; the passes between
+        // find theirs cached but for a few runs of the first row (which
+        // the first, forward, window covered differently).
+        for (pass, &n) in per_pass.iter().enumerate().take(17) {
+            if pass > 1 && (pass - 1) % 4 != 0 {
+                assert!(n <= 4, "pass {pass} issued {n} windows: {per_pass:?}");
+            } else {
+                assert!(n >= 10, "pass {pass} issued {n} windows: {per_pass:?}");
+            }
+        }
+        // Nothing is read twice (the table panics on that) and nothing
+        // outside the records: every page read is a page of the file.
+        assert!(s.pages_read() <= 1700 * 4);
+        // The marker of the first (forward) window, hit by a later pass,
+        // does not turn the strided reader into a forward one: after that
+        // window, no forward window reads more than a request.
+        let forward: Vec<&Window> = s
+            .windows()
+            .iter()
+            .skip(1)
+            .filter(|w| w.shape == Shape::Forward && w.size > 4)
+            .collect();
+        assert!(forward.is_empty(), "{forward:?}");
+    }
+
+    #[test]
+    fn sweeps_read_only_their_runs_when_the_cache_size_is_unknown() {
+        let mut s = Sim::new(PolicyKind::Ahead, 64, 6800);
+        let per_pass = iozone_stride(&mut s, 4, 1700);
+        assert!(s
+            .windows()
+            .iter()
+            .all(|w| !matches!(w.shape, Shape::Strided { run, .. } if run > 4)));
+        // Every pass reads its own column.
+        assert!(per_pass.iter().take(16).all(|&n| n > 0), "{per_pass:?}");
+    }
+
+    #[test]
+    fn a_sweep_that_finds_its_columns_evicted_reads_one_fewer() {
+        let mut s = Sim::new(PolicyKind::Ahead, 64, 6800);
+        s.cache.capacity = Some(2200);
+        // Pass 0, then pass 1 which reads columns 1-4 with each run.
+        let mut at = 0u64;
+        let mut pass = 0;
+        let mut step = |s: &mut Sim| {
+            s.read(at * 4, 4);
+            if at + 1 + 17 >= 1700 - 1 {
+                pass += 1;
+                at = pass;
+            } else {
+                at += 17;
+            }
+            pass
+        };
+        while step(&mut s) < 2 {}
+        // Everything read ahead and not used yet is lost.
+        assert!(s.evict_unused(0..6800) > 0);
+        let before = s.windows().len();
+        while step(&mut s) < 3 {}
+        let runs: Vec<u64> = s.windows()[before..]
+            .iter()
+            .filter_map(|w| match w.shape {
+                Shape::Strided { run, .. } => Some(run),
+                _ => None,
+            })
+            .collect();
+        // Column 2 is read again, with 2 more columns instead of 3.
+        assert!(!runs.is_empty());
+        assert!(runs.iter().all(|&r| r == 12), "{runs:?}");
     }
 
     #[test]

@@ -249,6 +249,12 @@ pub trait CacheView {
     fn shadow(&self, _index: u64) -> Option<Shadow> {
         None
     }
+    /// How many pages the cache can hold in all (shared by every file it
+    /// caches), if the engine knows: a policy that reads ahead for a reader
+    /// who will come back later sizes that to the cache. `None`: unknown.
+    fn capacity_pages(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Facts that engines report to policies after the fact.

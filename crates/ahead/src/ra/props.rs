@@ -42,12 +42,43 @@ fn patterned() -> impl Strategy<Value = Vec<Op>> {
     })
 }
 
+/// A table read column by column: `passes` sweeps over `rows` rows of
+/// `period` pages, sweep `p` reading `run` pages at `p * run` of every row
+/// (iozone's stride read), an eviction now and then.
+fn sweeps() -> impl Strategy<Value = Vec<Op>> {
+    (
+        0..FILE_PAGES as u64 / 2,
+        1u64..16,
+        2u64..20,
+        5u64..60,
+        1u64..6,
+    )
+        .prop_map(|(base, run, columns, rows, passes)| {
+            let period = run * columns;
+            let mut ops = Vec::new();
+            for p in 0..passes.min(columns) {
+                for r in 0..rows {
+                    ops.push(Op::Read(base + r * period + p * run, run));
+                }
+                if p % 2 == 1 {
+                    ops.push(Op::Evict(base + period, period * rows / 2));
+                }
+            }
+            ops
+        })
+}
+
 fn run(kind: PolicyKind, max: u64, ops: &[Op]) -> Sim {
+    run_with(kind, max, ops, None)
+}
+
+fn run_with(kind: PolicyKind, max: u64, ops: &[Op], capacity: Option<u64>) -> Sim {
     // `Sim` checks, at every decision, that the window is non-empty, holds
     // at most max pages (or the request), keeps its marker inside, holds the
     // missing page on a miss; and at every submission, that the window is
     // inside the file.
     let mut sim = Sim::new(kind, max, FILE_PAGES);
+    sim.cache.capacity = capacity;
     for op in ops {
         match *op {
             Op::Read(i, n) => sim.read(i, n),
@@ -88,6 +119,17 @@ proptest! {
     ) {
         for kind in PolicyKind::ALL {
             run(kind, max, &ops);
+        }
+    }
+
+    #[test]
+    fn invariants_hold_for_column_sweeps(
+        ops in sweeps(),
+        max in prop::sample::select(vec![8u64, 32, 256]),
+        capacity in prop::option::of(16u64..200_000),
+    ) {
+        for kind in PolicyKind::ALL {
+            run_with(kind, max, &ops, capacity);
         }
     }
 

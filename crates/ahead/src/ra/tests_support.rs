@@ -37,6 +37,8 @@ pub struct Table {
     pub windows: Vec<Window>,
     pub demand_ios: u64,
     pub pages_read: u64,
+    /// What [`CacheView::capacity_pages`] answers.
+    pub capacity: Option<u64>,
 }
 
 impl CacheView for Table {
@@ -51,6 +53,9 @@ impl CacheView for Table {
         (!self.present[i] && self.shadow_unused[i]).then_some(Shadow {
             evicted_unused: true,
         })
+    }
+    fn capacity_pages(&self) -> Option<u64> {
+        self.capacity
     }
 }
 
@@ -185,6 +190,7 @@ impl Sim {
                 windows: Vec::new(),
                 demand_ios: 0,
                 pages_read: 0,
+                capacity: None,
             },
         }
     }
