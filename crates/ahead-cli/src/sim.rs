@@ -38,6 +38,10 @@ pub struct SimArgs {
     /// Seed of the random workloads.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Run ondemand without context readahead, as the seeds' kernel
+    /// (2.6.21-rc7-mm1) had it; mainline added it in 2.6.31.
+    #[arg(long = "no-context-readahead")]
+    no_context_readahead: bool,
     /// Print one JSON array of results on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -80,6 +84,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         max_readahead: size(&args.max_readahead, "max-readahead")?,
         file_size: size(&args.file_size, "file-size")?,
         seed: args.seed,
+        context_readahead: !args.no_context_readahead,
     };
     let started = Instant::now();
     let rows = scenario::run(&scenario, &opts)?;
@@ -99,6 +104,9 @@ pub fn run(args: SimArgs) -> Result<()> {
         device.build().describe(),
         wall.as_secs_f64()
     );
+    if args.no_context_readahead {
+        println!("ondemand runs without context readahead (as in Linux 2.6.21)");
+    }
     print!("{}", table(&rows).render());
     if let Some(path) = &args.plot {
         println!("plot written to {}", path.display());

@@ -48,6 +48,53 @@ fn json_has_the_documented_fields() {
 }
 
 #[test]
+fn ondemand_without_context_readahead_is_marked_and_reads_less() {
+    // iozone on a small file: the stride test leaves runs of cached records
+    // that context readahead takes for streams.
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "iozone",
+            "--file-size",
+            "64m",
+            "--memory",
+            "32m",
+            "--policy",
+            "legacy,ondemand",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let o = ahead(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_array().unwrap().clone()
+    };
+    let with = run(&[]);
+    let without = run(&["--no-context-readahead"]);
+    assert!(with.iter().all(|r| r.get("context_readahead").is_none()));
+    for r in &without {
+        let marked = r.get("context_readahead").and_then(|v| v.as_bool());
+        if r["policy"] == "ondemand" {
+            assert_eq!(marked, Some(false), "{r}");
+        } else {
+            assert_eq!(marked, None, "{r}");
+        }
+    }
+    let amp = |rows: &[serde_json::Value], policy: &str, workload: &str| {
+        rows.iter()
+            .find(|r| r["policy"] == policy && r["workload"] == workload)
+            .map(|r| r["read_amplification"].as_f64().unwrap())
+            .unwrap()
+    };
+    // Without it, ondemand reads the random records exactly as legacy does.
+    assert_eq!(
+        amp(&without, "ondemand", "random"),
+        amp(&without, "legacy", "random")
+    );
+    assert!(amp(&with, "ondemand", "stride") > amp(&without, "ondemand", "stride"));
+}
+
+#[test]
 fn table_and_plot() {
     let dir = tempfile::tempdir().unwrap();
     let plot = dir.path().join("p.svg");

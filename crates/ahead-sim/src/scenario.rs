@@ -141,6 +141,8 @@ pub struct SimOptions {
     pub file_size: Option<u64>,
     /// Seed of the random workloads.
     pub seed: u64,
+    /// Context readahead in `ondemand` ([`RaConfig::context_readahead`]).
+    pub context_readahead: bool,
 }
 
 impl Default for SimOptions {
@@ -153,6 +155,7 @@ impl Default for SimOptions {
             max_readahead: None,
             file_size: None,
             seed: 42,
+            context_readahead: true,
         }
     }
 }
@@ -247,6 +250,10 @@ pub struct SimResult {
     /// Thrash only: delivered MB/s per second of the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline_mb_s: Option<Vec<f64>>,
+    /// `false` on `ondemand` rows run without context readahead; absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_readahead: Option<bool>,
 }
 
 fn result(
@@ -280,6 +287,7 @@ fn result(
         peak_throughput_mb_s: None,
         min_avg_io_kib: None,
         timeline_mb_s: None,
+        context_readahead: None,
     }
 }
 
@@ -359,7 +367,10 @@ fn engine(s: &Setup, o: &SimOptions, policy: PolicyKind, files: &[u64], bucket: 
             page_size: PAGE,
             memory_pages: s.memory / PAGE,
             policy,
-            ra: RaConfig::with_max_pages(s.max_ra_pages),
+            ra: RaConfig {
+                context_readahead: o.context_readahead,
+                ..RaConfig::with_max_pages(s.max_ra_pages)
+            },
             // The kernel splits at the device's max_sectors_kb; 1 MiB is
             // common for SATA and NVMe alike.
             max_io_pages: (MIB / PAGE).max(s.max_ra_pages),
@@ -385,13 +396,19 @@ pub fn run(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
     if o.policies.is_empty() {
         return Err(SimError::Usage("no policy given".into()));
     }
-    match sc {
+    let mut rows = match sc {
         Scenario::Iozone => iozone(sc, o),
         Scenario::AioRandom => aio_random(sc, o),
         Scenario::Interleaved => interleaved(sc, o),
         Scenario::Thrash => thrash(sc, o),
         Scenario::Replay(path) => replay(sc, o, path),
+    }?;
+    if !o.context_readahead {
+        for r in rows.iter_mut().filter(|r| r.policy == "ondemand") {
+            r.context_readahead = Some(false);
+        }
     }
+    Ok(rows)
 }
 
 fn iozone(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {

@@ -390,6 +390,11 @@ pub struct RaConfig {
     pub max_pages: u64,
     /// Streams tracked per file by the `ahead` policy.
     pub streams: usize,
+    /// Context readahead in the `ondemand` policy (on by default, as in
+    /// Linux since 2.6.31). Off, `ondemand` is the algorithm of the seeds'
+    /// benchmarks (Linux 2.6.21-rc7-mm1), which read a non-sequential miss
+    /// as is.
+    pub context_readahead: bool,
 }
 
 impl RaConfig {
@@ -407,6 +412,7 @@ impl Default for RaConfig {
         RaConfig {
             max_pages: DEFAULT_MAX_PAGES,
             streams: ahead::DEFAULT_STREAMS,
+            context_readahead: true,
         }
     }
 }

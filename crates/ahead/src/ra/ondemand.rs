@@ -31,7 +31,9 @@
 //!   the request, a stream passed here (interleaved readers on one file
 //!   descriptor, or a reader on another): start a window of `history +
 //!   request` pages (×2 history if the file is cached from its first page),
-//!   capped at max, with `async_size = 1`.
+//!   capped at max, with `async_size = 1`. [`RaConfig::context_readahead`]
+//!   turns it off, which gives the on-demand readahead the seeds measured
+//!   (2.6.21-rc7-mm1): every non-sequential miss read as is.
 //! * **Oversize requests** are read whole: the maximum for that call is the
 //!   request itself (`ractl_max_pages`, where the device allows it).
 //! * **Merge the next window** (`ondemand_readahead`'s `readit`, 2.6.23–6.9):
@@ -61,6 +63,8 @@ pub struct OnDemand {
     async_size: u64,
     /// End (exclusive) of the previous request; `None` before the first.
     prev_end: Option<u64>,
+    /// Context readahead on ([`RaConfig::context_readahead`]).
+    context: bool,
 }
 
 impl OnDemand {
@@ -72,6 +76,7 @@ impl OnDemand {
             size: 0,
             async_size: 0,
             prev_end: None,
+            context: config.context_readahead,
         }
     }
 
@@ -101,6 +106,10 @@ impl OnDemand {
                 self.size
             };
             return Some(self.readit(index, max));
+        }
+        if !self.context {
+            // random, as the seeds' kernel read every other miss.
+            return Some(Window::forward(index, req.count, 0));
         }
         // Context readahead: look for the trail a stream leaves behind.
         let (history, from_start) = match prev_miss(view, index - 1, max) {
@@ -282,6 +291,32 @@ mod tests {
             .decide(Request::new(5000, 1), Trigger::Miss, &cache)
             .unwrap();
         assert_eq!((w.size, w.async_size), (1, 0));
+    }
+
+    #[test]
+    fn without_context_readahead_a_miss_after_cached_pages_is_read_as_is() {
+        // The seeds' kernel (2.6.21): no context readahead.
+        let mut p = OnDemand::new(RaConfig {
+            context_readahead: false,
+            ..RaConfig::with_max_pages(32)
+        });
+        let mut cache = VecCache::new(10_000);
+        for i in 100..120 {
+            cache.present[i] = true;
+        }
+        p.finish(Request::new(9000, 1));
+        let w = p
+            .decide(Request::new(120, 1), Trigger::Miss, &cache)
+            .unwrap();
+        assert_eq!((w.start, w.size, w.async_size), (120, 1, 0));
+        // The state is left alone, as for any random read; a sequential
+        // miss still starts a window.
+        assert_eq!(p.state(), (0, 0, 0));
+        p.finish(Request::new(120, 1));
+        let w = p
+            .decide(Request::new(121, 1), Trigger::Miss, &cache)
+            .unwrap();
+        assert_eq!((w.start, w.size), (121, 4));
     }
 
     #[test]
