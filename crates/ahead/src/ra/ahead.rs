@@ -394,8 +394,9 @@ impl Ahead {
     /// How many further columns the windows of a sweep read with each run:
     /// what is left of the period, what [`SWEEP_CACHE_SHARE`] of the cache
     /// holds for every run of a sweep (as far as the last sweep went),
-    /// widened, what keeps a widened run within half the maximum window (so
-    /// a window holds two runs), and the cap that lost columns left.
+    /// widened, what keeps a widened run within half the maximum window (or
+    /// within the whole of it, if half leaves no room), and the cap that
+    /// lost columns left.
     fn sweep_columns(&self, s: &Stream, view: &dyn CacheView) -> u64 {
         let (Some(w), Direction::Strided { run, period }) = (s.sweep, s.direction) else {
             return 0;
@@ -409,7 +410,13 @@ impl Ahead {
         let (num, den) = SWEEP_CACHE_SHARE;
         let per_position = capacity / den * num / positions;
         let by_cache = per_position.saturating_sub(run) / w.step;
-        let by_max = (self.max / 2).saturating_sub(run) / w.step;
+        // Two widened runs to a window, so that its marker pipelines the
+        // next one; if not even one more column fits that, one run to a
+        // window, read when the reader gets there.
+        let by_max = match (self.max / 2).saturating_sub(run) / w.step {
+            0 => self.max.saturating_sub(run) / w.step,
+            n => n,
+        };
         left.min(by_cache).min(by_max).min(w.cap)
     }
 
@@ -947,6 +954,20 @@ mod tests {
             .filter(|w| w.shape == Shape::Forward && w.size > 4)
             .collect();
         assert!(forward.is_empty(), "{forward:?}");
+    }
+
+    #[test]
+    fn a_small_maximum_still_reads_one_more_column_per_run() {
+        // Max 8 pages, runs of 4: two widened runs do not fit a window, one
+        // run of two columns does.
+        let mut s = Sim::new(PolicyKind::Ahead, 8, 6800);
+        s.cache.capacity = Some(2200);
+        iozone_stride(&mut s, 4, 1700);
+        assert!(s
+            .windows()
+            .iter()
+            .any(|w| w.shape == Shape::Strided { run: 8, period: 68 }));
+        assert!(s.windows().iter().all(|w| w.pages() <= 8));
     }
 
     #[test]
