@@ -372,7 +372,7 @@ impl Ahead {
         let sweep = Sweep {
             base: old.sweep.map_or(old.origin, |w| w.base),
             step,
-            span: old.last.index - old.origin,
+            span: old.last.index.saturating_sub(old.origin),
             cols: old.sweep.map_or(0, |w| w.cols),
             cap: old.sweep.map_or(u64::MAX, |w| w.cap),
             shrunk: false,
