@@ -364,10 +364,13 @@ impl Hdd {
         // head (zero-latency read) until the piece is complete.
         let arrive = t + self.seek_time(self.head_track, track);
         let head = self.position(track, arrive);
+        // Arriving inside the piece: read on to its end, then around to
+        // where the head came in. Otherwise: turn to its start, read it (a
+        // whole track from its start is a whole revolution, not none).
         let turn = if head > a + EPS && head < b - EPS {
             1.0
         } else {
-            (b - head).rem_euclid(1.0)
+            (a - head).rem_euclid(1.0) + (b - a)
         };
         let done = arrive + turn * self.rev;
         self.cover(track, head, head + turn);
@@ -577,6 +580,17 @@ mod tests {
         }
         // A seek plus one revolution at most.
         assert!(worst < 0.025, "worst access {:.1} ms", worst * 1e3);
+    }
+
+    #[test]
+    fn a_whole_track_read_from_its_first_sector_takes_a_revolution() {
+        // At time 0 the head is exactly over sector 0 of track 0: reading
+        // the whole track takes one revolution, not nothing.
+        let p = HddParams::default();
+        let mut d = Hdd::new(p);
+        let done = d.piece(0.0, 0, 0.0, 1.0, 0);
+        let rev = 60.0 / p.rpm;
+        assert!((done - rev).abs() < 1e-12, "done {done}, revolution {rev}");
     }
 
     #[test]
