@@ -14,6 +14,7 @@
 use crate::device::DeviceKind;
 use crate::engine::{Engine, EngineConfig, PhaseStats, ReaderSpec};
 use ahead::ra::{PolicyKind, RaConfig};
+use ahead::testdata::column_order;
 use ahead::units::{format_size, GIB, KIB, MIB};
 use serde::Serialize;
 use std::fmt;
@@ -466,27 +467,10 @@ fn iozone(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
     }))
 }
 
-/// iozone's stride read (`thread_stride_read_test` in iozone.c): after
-/// reading record `r`, skip to `r + 17`; when that would reach the last
-/// record, start the next pass at record `passes % records` (1, 2, 3, ...),
-/// until as many records as the file holds were read. Each pass reads the
-/// next column of a file seen as rows of 17 records.
+/// iozone's stride read: the file as rows of 17 records, read column by
+/// column ([`ahead::testdata::column_order`]).
 fn stride_records(records: u64, rec: u64) -> Box<dyn Iterator<Item = (u64, u64)>> {
-    let (mut at, mut wraps) = (0u64, 0u64);
-    Box::new((0..records).map(move |_| {
-        let this = at;
-        if this + 1 + IOZONE_STRIDE >= records.saturating_sub(1) {
-            wraps += 1;
-            at = if records <= IOZONE_STRIDE {
-                0
-            } else {
-                wraps % records
-            };
-        } else {
-            at = this + IOZONE_STRIDE;
-        }
-        (this * rec, rec)
-    }))
+    Box::new(column_order(records, IOZONE_STRIDE).map(move |r| (r * rec, rec)))
 }
 
 /// As many records as the file holds, each drawn uniformly at random (with

@@ -96,6 +96,30 @@ pub fn scratch_root() -> std::path::PathBuf {
     target
 }
 
+/// The record order of iozone's stride read (`thread_stride_read_test` in
+/// iozone.c): `records` records seen as rows of `width`, read column by
+/// column — record `r + width` after `r`; when that would reach the last
+/// record, the next pass starts at record `passes % records` (1, 2, 3, ...).
+/// As many reads as there are records (so a few are read twice and a few
+/// never, as iozone does).
+pub fn column_order(records: u64, width: u64) -> impl Iterator<Item = u64> {
+    let (mut at, mut passes) = (0u64, 0u64);
+    (0..records).map(move |_| {
+        let this = at;
+        if this + 1 + width >= records.saturating_sub(1) {
+            passes += 1;
+            at = if records <= width {
+                0
+            } else {
+                passes % records
+            };
+        } else {
+            at = this + width;
+        }
+        this
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -58,7 +58,9 @@ fn pattern(name: &str, size: u64, bs: u64) -> Vec<(u64, u64)> {
         "seq" => (0..blocks).map(|b| (b * bs, bs)).collect(),
         "reverse" => (0..blocks).rev().map(|b| (b * bs, bs)).collect(),
         "stride" => (0..blocks).step_by(4).map(|b| (b * bs, bs)).collect(),
-        "columns" => columns(blocks, 17).map(|b| (b * bs, bs)).collect(),
+        "columns" => testdata::column_order(blocks, 17)
+            .map(|b| (b * bs, bs))
+            .collect(),
         "random" => {
             let mut rng = fastrand::Rng::with_seed(7);
             (0..blocks).map(|_| (rng.u64(0..blocks) * bs, bs)).collect()
@@ -72,24 +74,6 @@ fn pattern(name: &str, size: u64, bs: u64) -> Vec<(u64, u64)> {
         }
         _ => unreachable!(),
     }
-}
-
-/// Blocks `0..blocks` seen as rows of `width`, read column by column as
-/// iozone's stride test does: block b + width after b; when that would reach
-/// the last block, the next pass starts at the block after the last pass's
-/// first. As many reads as there are blocks.
-fn columns(blocks: u64, width: u64) -> impl Iterator<Item = u64> {
-    let (mut at, mut pass) = (0u64, 0u64);
-    (0..blocks).map(move |_| {
-        let this = at;
-        if this + 1 + width >= blocks.saturating_sub(1) {
-            pass += 1;
-            at = pass % blocks;
-        } else {
-            at = this + width;
-        }
-        this
-    })
 }
 
 fn check_read(name: &str, got: &[u8], n: usize, offset: u64, len: u64, size: u64) {
@@ -148,7 +132,7 @@ fn column_sweeps_find_their_columns_read_ahead() {
         let engine = small(BackendKind::Pool, policy);
         let f = engine.open(&path).unwrap();
         let mut buf = vec![0u8; 4096];
-        for b in columns(blocks, 17) {
+        for b in testdata::column_order(blocks, 17) {
             let n = f.read_at(&mut buf, b * 4096).unwrap();
             check_read(policy.name(), &buf, n, b * 4096, 4096, size);
         }

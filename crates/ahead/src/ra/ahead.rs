@@ -762,6 +762,7 @@ mod tests {
     use super::*;
     use crate::ra::tests_support::Sim;
     use crate::ra::PolicyKind;
+    use crate::testdata::column_order;
 
     fn sim(max: u64) -> Sim {
         Sim::new(PolicyKind::Ahead, max, 100_000)
@@ -896,21 +897,29 @@ mod tests {
     /// `r + 17` after `r`, each pass starting one record above the last.
     /// Returns the number of windows issued during each pass.
     fn iozone_stride(s: &mut Sim, run: u64, records: u64) -> Vec<usize> {
-        let (mut at, mut pass) = (0u64, 0usize);
-        let mut per_pass = vec![0usize];
-        for _ in 0..records {
-            let before = s.windows().len();
-            s.read(at * run, run);
-            per_pass[pass] += s.windows().len() - before;
-            if at + 1 + 17 >= records - 1 {
-                pass += 1;
-                per_pass.push(0);
-                at = pass as u64;
-            } else {
-                at += 17;
+        passes(records)
+            .iter()
+            .map(|pass| {
+                let before = s.windows().len();
+                for &r in pass {
+                    s.read(r * run, run);
+                }
+                s.windows().len() - before
+            })
+            .collect()
+    }
+
+    /// [`column_order`] over `records` records, rows of 17, cut into its
+    /// passes (a pass ends where the order goes back up the file).
+    fn passes(records: u64) -> Vec<Vec<u64>> {
+        let mut out: Vec<Vec<u64>> = Vec::new();
+        for r in column_order(records, 17) {
+            match out.last_mut() {
+                Some(pass) if pass.last().is_some_and(|&l| r > l) => pass.push(r),
+                _ => out.push(vec![r]),
             }
         }
-        per_pass
+        out
     }
 
     #[test]
@@ -986,24 +995,17 @@ mod tests {
     fn a_sweep_that_finds_its_columns_evicted_reads_one_fewer() {
         let mut s = Sim::new(PolicyKind::Ahead, 64, 6800);
         s.cache.capacity = Some(2200);
+        let passes = passes(1700);
         // Pass 0, then pass 1 which reads columns 1-4 with each run.
-        let mut at = 0u64;
-        let mut pass = 0;
-        let mut step = |s: &mut Sim| {
-            s.read(at * 4, 4);
-            if at + 1 + 17 >= 1700 - 1 {
-                pass += 1;
-                at = pass;
-            } else {
-                at += 17;
-            }
-            pass
-        };
-        while step(&mut s) < 2 {}
+        for &r in passes[..2].concat().iter() {
+            s.read(r * 4, 4);
+        }
         // Everything read ahead and not used yet is lost.
         assert!(s.evict_unused(0..6800) > 0);
         let before = s.windows().len();
-        while step(&mut s) < 3 {}
+        for &r in &passes[2] {
+            s.read(r * 4, 4);
+        }
         let runs: Vec<u64> = s.windows()[before..]
             .iter()
             .filter_map(|w| match w.shape {
