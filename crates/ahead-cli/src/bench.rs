@@ -186,7 +186,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let config = args.engine.config()?;
     ahead::Engine::new(config.clone())?;
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
-    let (path, _cleanup) = match &args.file {
+    let (path, _work) = match &args.file {
         Some(f) => (f.clone(), None),
         None => {
             let size = parse_size(&args.size).context("--size")?;
@@ -197,16 +197,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 Some(d) => d.clone(),
                 None => default_dir()?,
             };
-            let path = dir.join(format!("ahead-bench-{}.dat", std::process::id()));
+            // In a new private directory (see `private_dir`), removed with
+            // everything in it when the bench ends, however it ends.
+            let work = crate::private_dir(&dir, "ahead-bench-")?;
+            let path = work.path().join("data");
             eprintln!(
                 "generating {} test file {} ...",
                 format_size(size),
                 path.display()
             );
-            let cleanup = Cleanup(path.clone());
             ahead::testdata::write_file(&path, size)
                 .with_context(|| format!("write {}", path.display()))?;
-            (path, Some(cleanup))
+            (path, Some(work))
         }
     };
     let size = std::fs::metadata(&path)
@@ -310,14 +312,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
         std::fs::write(p, plot(&rows)).with_context(|| format!("write {}", p.display()))?;
     }
     Ok(())
-}
-
-/// Removes the generated file when the benchmark ends, however it ends.
-struct Cleanup(PathBuf);
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 fn default_dir() -> Result<PathBuf> {

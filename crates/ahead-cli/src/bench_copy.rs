@@ -41,16 +41,6 @@ pub struct CopyBenchArgs {
     json: Option<PathBuf>,
 }
 
-/// Files removed when the benchmark ends, however it ends.
-struct Cleanup(Vec<PathBuf>);
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = fs::remove_file(p);
-        }
-    }
-}
-
 fn cached(path: &Path) -> Option<u64> {
     let f = fs::File::open(path).ok()?;
     residency::of_range(&f, 0, u64::MAX)
@@ -147,17 +137,17 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
     if sparse_size < 3 * extent {
         bail!("--sparse-size: at least {}", format_size(3 * extent));
     }
-    let pid = std::process::id();
-    let src = dir.join(format!("ahead-bench-copy-{pid}.src"));
-    let dst = dir.join(format!("ahead-bench-copy-{pid}.dst"));
-    let sparse = dir.join(format!("ahead-bench-copy-{pid}.sparse"));
-    let sparse_dst = dir.join(format!("ahead-bench-copy-{pid}.sparse-dst"));
-    let _cleanup = Cleanup(vec![
-        src.clone(),
-        dst.clone(),
-        sparse.clone(),
-        sparse_dst.clone(),
-    ]);
+    // A new private directory (0700, unpredictable name, made with
+    // O_EXCL by tempfile): nothing another user planted in `dir` is used,
+    // and everything in it goes when the bench ends.
+    let work = crate::private_dir(&dir, "ahead-bench-copy-")?;
+    let src = work.path().join("src");
+    let dst = work.path().join("dst");
+    let sparse = work.path().join("sparse");
+    let sparse_dst = work.path().join("sparse-dst");
+    // The copies' journals, for the kill-and-resume scenario to watch.
+    let state = work.path().join("state");
+    fs::create_dir(&state)?;
     eprintln!(
         "generating a {} source in {} ...",
         format_size(size),
@@ -264,7 +254,9 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
     // 3. kill -9 in the middle, then --resume.
     // A small quick-mode copy could finish before it is killed: slow it.
     let limit = args.quick.then_some("16m");
-    rows.push(kill_and_resume(&exe, &src, &dst, &src_sum, size, limit)?);
+    rows.push(kill_and_resume(
+        &exe, &src, &dst, &state, &src_sum, size, limit,
+    )?);
     let _ = fs::remove_file(&dst);
 
     print!("{}", table(&rows, &engines));
@@ -293,6 +285,7 @@ fn kill_and_resume(
     exe: &Path,
     src: &Path,
     dst: &Path,
+    state: &Path,
     sum: &str,
     size: u64,
     bwlimit: Option<&str>,
@@ -301,11 +294,28 @@ fn kill_and_resume(
     residency::evict(&fs::File::open(src)?, 0, 0)?;
     let name = dst.file_name().expect("a file name").to_string_lossy();
     let parent = dst.parent().expect("a directory");
-    let journal = parent.join(format!(".{name}.ahead-journal"));
-    let tmp = parent.join(format!(".{name}.ahead-part"));
+    // The copy's temporary file, `.NAME.ahead-TOKEN.part`.
+    let tmp_exists = || {
+        fs::read_dir(parent).is_ok_and(|rd| {
+            rd.filter_map(|e| e.ok()).any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(&format!(".{name}.ahead-")) && n.ends_with(".part")
+            })
+        })
+    };
+    // Its journal, in the private state directory the copies are given.
+    let journal_lines = || {
+        fs::read_dir(state.join("ahead/copy")).map_or(0, |rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| fs::read_to_string(e.path()).map_or(0, |t| t.lines().count()))
+                .max()
+                .unwrap_or(0)
+        })
+    };
     let chunk: u64 = 1 << 20;
     let chunks = size.div_ceil(chunk);
     let mut first = Command::new(exe);
+    first.env("XDG_STATE_HOME", state);
     first.args(["copy", "--progress", "none", "--chunk", "1m"]);
     if let Some(limit) = bwlimit {
         first.args(["--bwlimit", limit]);
@@ -318,8 +328,7 @@ fn kill_and_resume(
         .spawn()?;
     let mut done_lines = 0;
     while child.try_wait()?.is_none() {
-        done_lines =
-            fs::read_to_string(&journal).map_or(0, |t| t.lines().count().saturating_sub(1));
+        done_lines = journal_lines().saturating_sub(1);
         if done_lines as u64 >= chunks / 4 {
             break;
         }
@@ -332,10 +341,11 @@ fn kill_and_resume(
         bail!("the copy finished before it could be killed; use a larger --size");
     }
     let dst_after_kill = dst.exists();
-    let tmp_after_kill = tmp.exists();
+    let tmp_after_kill = tmp_exists();
 
     let started = Instant::now();
     let mut child = Command::new(exe)
+        .env("XDG_STATE_HOME", state)
         .args([
             "copy",
             "--progress",

@@ -73,12 +73,18 @@ pub struct CopyArgs {
     /// Progress display.
     #[arg(long, value_enum, default_value = "auto")]
     progress: ProgressKind,
-    /// Bytes per chunk (default: the device's largest request, 1–8 MiB).
-    #[arg(long, value_parser = parse_size)]
+    /// Bytes per chunk, 64 KiB to 256 MiB (default: the device's largest
+    /// request, 1–8 MiB).
+    #[arg(long, value_parser = parse_chunk)]
     chunk: Option<u64>,
-    /// Chunks in flight.
-    #[arg(long, default_value_t = 4)]
-    depth: usize,
+    /// Chunks in flight (1 to 256).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    depth: u16,
+    /// Keep the source's mode and times, as cp -p (setuid, setgid and
+    /// sticky only when the caller owns the source). Without it the copy
+    /// gets the source's permission bits less the umask.
+    #[arg(long)]
+    preserve: bool,
     /// Write runs of zeroes instead of leaving holes.
     #[arg(long)]
     no_sparse: bool,
@@ -91,8 +97,8 @@ pub struct CopyArgs {
     /// Do not use O_DIRECT for uncached reads and aligned writes.
     #[arg(long)]
     no_direct: bool,
-    /// At most this many bytes per second (e.g. 50m).
-    #[arg(long, value_parser = parse_size)]
+    /// At most this many bytes per second (e.g. 50m; not 0).
+    #[arg(long, value_parser = parse_rate)]
     bwlimit: Option<u64>,
 }
 
@@ -108,13 +114,30 @@ impl CopyArgs {
             verify: self.verify,
             resume: self.resume,
             chunk: self.chunk,
-            depth: self.depth.max(1),
+            depth: self.depth.into(),
             sparse: !self.no_sparse,
             reflink: !self.no_reflink,
             dontcache: !self.no_dontcache,
             direct: !self.no_direct,
             bwlimit: self.bwlimit,
+            preserve: self.preserve,
         }
+    }
+}
+
+fn parse_chunk(s: &str) -> Result<u64, String> {
+    let n = parse_size(s).map_err(|e| e.to_string())?;
+    let max = ahead::copy::MAX_CHUNK_BYTES;
+    if !(64 << 10..=max).contains(&n) {
+        return Err(format!("must be from 64k to {}", format_size(max)));
+    }
+    Ok(n)
+}
+
+fn parse_rate(s: &str) -> Result<u64, String> {
+    match parse_size(s).map_err(|e| e.to_string())? {
+        0 => Err("0 bytes per second would never finish".into()),
+        n => Ok(n),
     }
 }
 
@@ -174,6 +197,8 @@ pub fn summary(r: &CopyReport) -> serde_json::Value {
             "method": r.method,
             "read_path": r.read_path,
             "write_path": r.write_path,
+            "resumable": r.resumable,
+            "resume_rejected_chunks": r.resume_rejected_chunks,
         }),
     )
 }
@@ -284,6 +309,13 @@ pub fn run(args: CopyArgs) -> Result<ExitCode> {
         )?;
         if let Some(sum) = &report.checksum {
             writeln!(out, "verified: {sum}")?;
+        }
+        if report.resume_rejected_chunks > 0 {
+            writeln!(
+                out,
+                "resume: {} chunk(s) no longer held what the journal recorded; copied again",
+                report.resume_rejected_chunks
+            )?;
         }
     }
     // The copy is done whatever happens to stdout (a closed pipe included).

@@ -11,6 +11,9 @@ use ahead_bench::workload::{self, Engine, Measurement, Pattern, Workload};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+/// Largest request `read` makes (its buffer is allocated whole).
+const MAX_BS: u64 = 1 << 30;
+
 /// Engine settings shared by `read` and `bench`.
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
@@ -80,8 +83,12 @@ pub struct ReadArgs {
 pub fn run(args: ReadArgs) -> Result<()> {
     let pattern: Pattern = args.pattern.parse().map_err(anyhow::Error::msg)?;
     let bs = parse_size(&args.bs).context("--bs")?;
-    if bs == 0 {
-        bail!("--bs: must be at least 1 byte");
+    if bs == 0 || bs > MAX_BS {
+        bail!(
+            "--bs {}: must be from 1 byte to {}",
+            args.bs,
+            format_size(MAX_BS)
+        );
     }
     let bytes = match &args.bytes {
         Some(b) => parse_size(b).context("--bytes")?,

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 mod common;
 
 use ahead::residency;
-use common::{ahead, as_nobody, gen, mkfifo, ok_json, s, scratch, stderr};
+use common::{
+    ahead, ahead_with_state, as_nobody, gen, journal_lines, mkfifo, ok_json, s, scratch, state_dir,
+    stderr,
+};
 use serde_json::Value;
 
 const PAGE: u64 = 4096;
@@ -240,20 +243,18 @@ fn kill_9_then_resume_gives_the_same_file_and_no_early_destination() {
     let dir = scratch();
     let src = gen(dir.path(), "src", 24 * MIB);
     let dst = dir.path().join("dst");
+    let state = state_dir(dir.path());
     // Slow enough (8 MiB/s) to be killed in the middle.
     let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
         .args(["copy", "--chunk", "1m", "--bwlimit", "8m", s(&src), s(&dst)])
+        .env("XDG_STATE_HOME", &state)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let journal = dir.path().join(".dst.ahead-journal");
     let started = Instant::now();
     loop {
-        let lines = fs::read_to_string(&journal)
-            .map(|t| t.lines().count())
-            .unwrap_or(0);
-        if lines >= 6 {
+        if journal_lines(&state) >= 6 {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(20), "no progress");
@@ -265,12 +266,17 @@ fn kill_9_then_resume_gives_the_same_file_and_no_early_destination() {
         !dst.exists(),
         "a killed copy left a destination that looks complete"
     );
-    assert!(dir.path().join(".dst.ahead-part").exists());
+    let parts = leftovers(dir.path());
+    assert!(
+        parts.len() == 1 && parts[0].starts_with(".dst.ahead-") && parts[0].ends_with(".part"),
+        "{parts:?}"
+    );
 
     // Resume, watching that DST does not appear before the copy is whole.
     let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
         .args(["copy", "--resume", "--verify", "--json", "--chunk", "1m"])
         .args([s(&src), s(&dst)])
+        .env("XDG_STATE_HOME", &state)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -294,6 +300,7 @@ fn kill_9_then_resume_gives_the_same_file_and_no_early_destination() {
         "{:?}",
         leftovers(dir.path())
     );
+    assert_eq!(journal_lines(&state), 0, "the journal outlived its copy");
 }
 
 #[test]
@@ -301,12 +308,13 @@ fn resume_refuses_a_source_that_changed() {
     let dir = scratch();
     let src = gen(dir.path(), "src", 8 * MIB);
     let dst = dir.path().join("dst");
+    let state = state_dir(dir.path());
     let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
         .args(["copy", "--chunk", "1m", "--bwlimit", "4m", s(&src), s(&dst)])
+        .env("XDG_STATE_HOME", &state)
         .spawn()
         .unwrap();
-    let journal = dir.path().join(".dst.ahead-journal");
-    while fs::read_to_string(&journal).map_or(0, |t| t.lines().count()) < 3 {
+    while journal_lines(&state) < 3 {
         std::thread::sleep(Duration::from_millis(5));
     }
     child.kill().unwrap();
@@ -314,7 +322,10 @@ fn resume_refuses_a_source_that_changed() {
     // The source changes (new content, new mtime).
     std::thread::sleep(Duration::from_millis(20));
     ahead::testdata::write_file(&src, 8 * MIB).unwrap();
-    let o = ahead(&["copy", "--resume", "--chunk", "1m", s(&src), s(&dst)]);
+    let o = ahead_with_state(
+        &state,
+        &["copy", "--resume", "--chunk", "1m", s(&src), s(&dst)],
+    );
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stderr(&o).contains("changed"), "{}", stderr(&o));
     assert!(!dst.exists());
@@ -448,13 +459,14 @@ fn a_source_truncated_mid_copy_fails_and_leaves_no_destination() {
     let dir = scratch();
     let src = gen(dir.path(), "src", 16 * MIB);
     let dst = dir.path().join("dst");
+    let state = state_dir(dir.path());
     let child = Command::new(env!("CARGO_BIN_EXE_ahead"))
         .args(["copy", "--chunk", "1m", "--bwlimit", "8m", s(&src), s(&dst)])
+        .env("XDG_STATE_HOME", &state)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let journal = dir.path().join(".dst.ahead-journal");
-    while fs::read_to_string(&journal).map_or(0, |t| t.lines().count()) < 3 {
+    while journal_lines(&state) < 3 {
         std::thread::sleep(Duration::from_millis(5));
     }
     fs::OpenOptions::new()
@@ -685,7 +697,7 @@ fn a_corrupted_write_fails_verification_and_no_destination_appears() {
 }
 
 #[test]
-fn permission_bits_follow_a_regular_source_not_a_pipe() {
+fn permission_bits_follow_a_regular_source_and_a_pipe_gets_0600() {
     let dir = scratch();
     let src = gen(dir.path(), "src", 5000);
     fs::set_permissions(&src, fs::Permissions::from_mode(0o640)).unwrap();
@@ -708,8 +720,9 @@ fn permission_bits_follow_a_regular_source_not_a_pipe() {
         .find_map(|l| l.strip_prefix("Umask:"))
         .map(|v| u32::from_str_radix(v.trim(), 8).unwrap())
         .unwrap_or(0o022);
+    // A stream gets 0600 (cp's choice), less the umask.
     assert_eq!(
         fs::metadata(&from_pipe).unwrap().mode() & 0o777,
-        0o666 & !umask
+        0o600 & !umask
     );
 }

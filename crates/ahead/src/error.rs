@@ -32,6 +32,13 @@ pub enum Error {
     },
     /// An engine setting is out of range.
     Config(String),
+    /// An argument is out of range (a size too large, a rate of zero).
+    Invalid {
+        /// What it was for ("copy", ...).
+        what: &'static str,
+        /// What is wrong and what is allowed.
+        why: String,
+    },
     /// The operation was refused to protect data (copying a file onto
     /// itself, writing to a mounted device, ...).
     Refused {
@@ -91,6 +98,7 @@ impl fmt::Display for Error {
             }
             Error::Unsupported { path, why } => write!(f, "{}: {why}", path.display()),
             Error::Config(why) => write!(f, "invalid engine setting: {why}"),
+            Error::Invalid { what, why } => write!(f, "invalid {what} setting: {why}"),
             Error::Refused { path, why } => write!(f, "{}: refused: {why}", path.display()),
             Error::Mismatch { path, src, dst } => write!(
                 f,
@@ -115,7 +123,9 @@ impl From<Error> for io::Error {
         let kind = match &e {
             Error::Io { source, .. } => source.kind(),
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
-            Error::Config(_) | Error::Refused { .. } => io::ErrorKind::InvalidInput,
+            Error::Config(_) | Error::Invalid { .. } | Error::Refused { .. } => {
+                io::ErrorKind::InvalidInput
+            }
             Error::Mismatch { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)

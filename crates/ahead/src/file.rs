@@ -136,6 +136,17 @@ impl Engine {
         if frames > u32::MAX as u64 / 2 {
             return Err(Error::Config("cache budget too large".into()));
         }
+        // A budget the machine cannot hold would end in an aborted
+        // allocation or the OOM killer, not in a clear error.
+        if let Some(mem) = crate::sys::physical_memory() {
+            if config.cache_bytes > mem {
+                return Err(Error::Config(format!(
+                    "cache budget {} is more than this machine's memory ({})",
+                    crate::units::format_size(config.cache_bytes),
+                    crate::units::format_size(mem)
+                )));
+            }
+        }
         let backend = crate::io::new_backend(config.backend, config.depth)
             .map_err(|e| Error::io("start I/O backend", Path::new(""), None, e))?;
         Ok(Engine {

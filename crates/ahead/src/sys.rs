@@ -253,3 +253,127 @@ pub fn pwrite_flags(fd: impl AsFd, buf: &[u8], offset: u64, flags: i32) -> io::R
 fn rw_flags(flags: i32) -> rustix::io::ReadWriteFlags {
     rustix::io::ReadWriteFlags::from_bits_retain(flags as u32)
 }
+
+// ---------------------------------------------------------------------------
+// Files that other users may be able to touch. ahead is run as root in
+// directories other users can write; these are the pieces that let it open
+// a path once and then work on descriptors (openat(2), O_NOFOLLOW,
+// O_CREAT|O_EXCL, renameat(2), proc(5) /proc/self/fd).
+
+/// A second open file description of the file `fd` refers to, with `flags`
+/// (for example O_DIRECT, which must not be set on the original: open file
+/// descriptions share their status flags). Opened through `/proc/self/fd/N`,
+/// which names the open file itself, never a path that can be swapped; the
+/// result is checked to be the same inode. ENOENT when /proc is not mounted.
+pub fn reopen(fd: impl AsFd, flags: OFlags) -> io::Result<OwnedFd> {
+    let fd = fd.as_fd();
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let new = rustix::fs::open(
+        path.as_str(),
+        flags | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    let (a, b) = (rustix::fs::fstat(fd)?, rustix::fs::fstat(&new)?);
+    if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
+        return Err(io::Error::other("/proc/self/fd named another file"));
+    }
+    Ok(new)
+}
+
+/// The process's file-mode creation mask, read from /proc/self/status
+/// (Linux 4.7) without changing it: umask(2) can only be read by setting it,
+/// which races with other threads creating files. 0o022 when not shown.
+pub fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// Eight unpredictable bytes from getrandom(2), as 16 hex digits: names of
+/// temporary files that another user cannot guess and plant in advance.
+pub fn random_token() -> io::Result<String> {
+    let mut b = [0u8; 8];
+    let mut got = 0;
+    while got < b.len() {
+        match rustix::rand::getrandom(&mut b[got..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// The home directory of user `uid` from the password database
+/// (getpwuid_r(3)), not from `$HOME`, which a program run through sudo may
+/// have inherited from another user.
+pub fn home_of(uid: u32) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: an all-zero passwd is a valid value of this plain C struct
+        // (null pointers, zero ids); getpwuid_r overwrites it.
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: `pw`, `buf` (with its true length) and `result` are live and
+        // writable for the call; the strings it stores point into `buf`.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut pw,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < (1 << 20) {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() || pw.pw_dir.is_null() {
+            return None;
+        }
+        // SAFETY: on success pw_dir is a NUL-terminated string inside `buf`,
+        // which outlives this borrow.
+        let dir = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
+        let path = std::path::PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+        return path.is_absolute().then_some(path);
+    }
+}
+
+/// Whether the size a file system reports for its regular files cannot be
+/// trusted: procfs, sysfs and their kin report 0 or 4096 for files whose
+/// contents are made when read (statfs(2) magic numbers, <linux/magic.h>).
+pub fn size_is_synthetic(fd: impl AsFd) -> bool {
+    const SYNTHETIC: [i64; 8] = [
+        0x9fa0,      // PROC_SUPER_MAGIC
+        0x6265_6572, // SYSFS_MAGIC
+        0x6462_6720, // DEBUGFS_MAGIC
+        0x7472_6163, // TRACEFS_MAGIC
+        0x6265_6570, // CONFIGFS_MAGIC
+        0x7363_6673, // SECURITYFS_MAGIC
+        0x0027_e0eb, // CGROUP_SUPER_MAGIC
+        0x6367_7270, // CGROUP2_SUPER_MAGIC
+    ];
+    // f_type is i64 here but another width on other architectures.
+    #[allow(clippy::unnecessary_cast)]
+    rustix::fs::fstatfs(fd).is_ok_and(|s| SYNTHETIC.contains(&(s.f_type as i64)))
+}
+
+/// The machine's physical memory in bytes (sysconf(3) `_SC_PHYS_PAGES` ×
+/// `_SC_PAGESIZE`), `None` where it is not known.
+pub fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf only reads the value named; it has no pointer arguments.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
+}

@@ -83,3 +83,38 @@ pub fn as_nobody(test: &str, args: &[&str]) -> Option<Output> {
     }
     Some(o)
 }
+
+/// A private state directory for the copies a test runs (`XDG_STATE_HOME`:
+/// where their journals go), inside the test's scratch directory.
+pub fn state_dir(scratch: &Path) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
+    let p = scratch.join("state");
+    std::fs::DirBuilder::new().mode(0o700).create(&p).unwrap();
+    p
+}
+
+/// Lines in the one copy journal under the state directory `state` (0 if
+/// there is none yet).
+pub fn journal_lines(state: &Path) -> usize {
+    let Ok(rd) = std::fs::read_dir(state.join("ahead/copy")) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".journal"))
+        .map(|e| {
+            std::fs::read_to_string(e.path())
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `ahead args` with `state` as its private state directory.
+pub fn ahead_with_state(state: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(args)
+        .env("XDG_STATE_HOME", state)
+        .output()
+        .expect("run ahead")
+}

@@ -38,22 +38,27 @@
 //! kernel.
 
 mod journal;
+mod place;
 mod tree;
 
 pub use tree::{copy_tree, TreeReport};
 
-use std::collections::{HashSet, VecDeque};
-use std::fs::{self, File, OpenOptions};
+use std::collections::{HashMap, VecDeque};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, OFlags};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::io::AlignedBuf;
 use crate::{residency, sys, Error, Result};
-use journal::{Header, Journal, Loaded};
+use journal::{ChunkSum, Header, Journal, SourceId, StateDir};
+use place::{Source, SrcKind, Target};
 
 /// What the copy does to the kernel's page cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,6 +98,10 @@ pub struct CopyOptions {
     pub direct: bool,
     /// Bytes per second, at most (`None`: as fast as possible).
     pub bwlimit: Option<u64>,
+    /// Keep the source's mode (setuid, setgid and sticky only when the
+    /// caller owns the source) and times, as `cp -p`; otherwise the copy
+    /// gets the source's permission bits less the umask, as cp gives.
+    pub preserve: bool,
 }
 
 impl Default for CopyOptions {
@@ -109,6 +118,7 @@ impl Default for CopyOptions {
             dontcache: true,
             direct: true,
             bwlimit: None,
+            preserve: false,
         }
     }
 }
@@ -152,6 +162,13 @@ pub struct CopyReport {
     pub read_path: String,
     /// How writes went: `direct`, `dontcache`, `windows`, `buffered`.
     pub write_path: String,
+    /// Whether a journal was kept, so that `--resume` could continue an
+    /// interrupted copy (not when the caller has no private state
+    /// directory, nor for a block device destination).
+    pub resumable: bool,
+    /// Chunks the journal listed as done whose bytes no longer matched
+    /// their checksum, copied again.
+    pub resume_rejected_chunks: u64,
 }
 
 /// Zero detection granularity: runs of zeroes are found in blocks this size.
@@ -333,15 +350,16 @@ fn bump(n: &AtomicU64) {
     n.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A second descriptor of the same file opened with O_DIRECT, and the
-/// alignment it needs; `None` where the file system refuses O_DIRECT.
-fn open_direct(path: &Path, write: bool) -> Option<(File, usize)> {
-    let f = OpenOptions::new()
-        .read(!write)
-        .write(write)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-        .ok()?;
+/// A second descriptor of the same file (never the path again: see
+/// `place`) opened with O_DIRECT, and the alignment it needs; `None` where
+/// the file system refuses O_DIRECT.
+fn open_direct(file: &File, write: bool) -> Option<(File, usize)> {
+    let access = if write {
+        OFlags::WRONLY
+    } else {
+        OFlags::RDONLY
+    };
+    let f = File::from(sys::reopen(file, access | OFlags::DIRECT).ok()?);
     let (mem, off) = sys::dio_alignment(&f)?;
     Some((f, mem.max(off).max(512) as usize))
 }
@@ -391,7 +409,7 @@ impl<'a> SrcReader<'a> {
 
     fn direct(&self) -> Option<&(File, usize)> {
         self.direct
-            .get_or_init(|| open_direct(self.path, false))
+            .get_or_init(|| open_direct(self.file, false))
             .as_ref()
     }
 
@@ -563,7 +581,7 @@ struct DstWriter<'a> {
 impl<'a> DstWriter<'a> {
     fn new(file: &'a File, path: &'a Path, opts: &CopyOptions) -> Self {
         let direct = if opts.direct && opts.cache != CacheMode::Keep {
-            open_direct(path, true)
+            open_direct(file, true)
         } else {
             None
         };
@@ -683,6 +701,30 @@ impl<'a> DstWriter<'a> {
         Ok(())
     }
 
+    /// Makes a range of a regular destination read as zeroes again
+    /// (fallocate PUNCH_HOLE, else zeroes written).
+    fn punch(&self, offset: u64, len: u64) -> Result<()> {
+        use rustix::fs::FallocateFlags;
+        if rustix::fs::fallocate(
+            self.file,
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            offset,
+            len,
+        )
+        .is_ok()
+        {
+            return Ok(());
+        }
+        let zeroes = vec![0u8; ZERO_BLOCK as usize];
+        let mut at = offset;
+        while at < offset + len {
+            let n = (offset + len - at).min(ZERO_BLOCK);
+            self.put(self.file, &zeroes[..n as usize], at, 0)?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// Zeroes a range of a block device (fallocate ZERO_RANGE, else writes).
     fn zero(
         &self,
@@ -712,97 +754,94 @@ impl<'a> DstWriter<'a> {
     }
 }
 
-/// Where the destination goes.
-enum Dst {
-    /// A regular file: written as `tmp`, renamed to `path`.
-    File {
-        path: PathBuf,
-        tmp: PathBuf,
-        journal: PathBuf,
-    },
-    /// A block device, written in place.
-    Block { path: PathBuf },
-}
-
-fn resolve_dst(src: &Path, dst: &Path, src_meta: &fs::Metadata) -> Result<Dst> {
-    let mut path = dst.to_path_buf();
-    if let Ok(m) = fs::metadata(&path) {
-        if m.is_dir() {
-            let name = src
-                .file_name()
-                .ok_or_else(|| refused(src, "has no file name to copy into a directory"))?;
-            path = path.join(name);
-        }
-    }
-    match fs::metadata(&path) {
-        Ok(m) => {
-            if m.dev() == src_meta.dev() && m.ino() == src_meta.ino() {
-                return Err(refused(&path, "source and destination are the same file"));
-            }
-            if m.file_type().is_block_device() {
-                if src_meta.file_type().is_block_device() && m.rdev() == src_meta.rdev() {
-                    return Err(refused(&path, "source and destination are the same device"));
-                }
-                return Ok(Dst::Block { path });
-            }
-            if m.is_dir() {
-                return Err(refused(&path, "is a directory"));
-            }
-            if !m.is_file() {
-                return Err(refused(
-                    &path,
-                    "the destination must be a regular file or a block device",
-                ));
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("stat", &path, None, e)),
-    }
-    let name = path
-        .file_name()
-        .ok_or_else(|| refused(&path, "has no file name"))?
-        .to_string_lossy()
-        .into_owned();
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    match fs::metadata(&parent) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(Error::io(
-                "open destination directory",
-                &parent,
-                None,
-                io::Error::from_raw_os_error(libc::ENOTDIR),
-            ))
-        }
-        Err(e) => return Err(Error::io("open destination directory", &parent, None, e)),
-    }
-    Ok(Dst::File {
-        tmp: parent.join(format!(".{name}.ahead-part")),
-        journal: parent.join(format!(".{name}.ahead-journal")),
-        path,
-    })
-}
-
 fn cached_pages(file: &File) -> Option<u64> {
     residency::of_range(file, 0, u64::MAX)
         .ok()
         .and_then(|s| s.known().map(|r| r.cached))
 }
 
-/// Removes the temporary file and journal of a failed copy.
-struct Cleanup<'a> {
-    paths: Vec<&'a Path>,
+/// Largest chunk a copy accepts: each of `depth` threads holds one.
+pub const MAX_CHUNK_BYTES: u64 = 256 << 20;
+/// Most chunks in flight.
+pub const MAX_DEPTH: usize = 256;
+/// Most memory the chunk buffers of one copy may take together.
+const MAX_BUFFERS: u64 = 4 << 30;
+
+/// Checks the options a caller could get wrong: sizes out of range come
+/// back as a clear error instead of an allocation that aborts or a loop
+/// that never ends.
+fn check_options(opts: &CopyOptions) -> Result<()> {
+    let bad = |why: String| Err(Error::Invalid { what: "copy", why });
+    if let Some(c) = opts.chunk {
+        if !(ZERO_BLOCK..=MAX_CHUNK_BYTES).contains(&c) {
+            return bad(format!(
+                "chunk of {c} bytes: it must be from {} to {} bytes",
+                ZERO_BLOCK, MAX_CHUNK_BYTES
+            ));
+        }
+    }
+    if opts.depth == 0 || opts.depth > MAX_DEPTH {
+        return bad(format!(
+            "depth {}: it must be from 1 to {MAX_DEPTH}",
+            opts.depth
+        ));
+    }
+    let chunk = opts.chunk.unwrap_or(MAX_CHUNK);
+    if chunk.saturating_mul(opts.depth as u64) > MAX_BUFFERS {
+        return bad(format!(
+            "{} chunks of {chunk} bytes in flight would take more than {MAX_BUFFERS} bytes",
+            opts.depth
+        ));
+    }
+    if opts.bwlimit == Some(0) {
+        return bad("a bandwidth limit of 0 would never finish".into());
+    }
+    Ok(())
+}
+
+/// The source's identity, as a journal records it.
+fn source_id(meta: &fs::Metadata, kind: SrcKind, chunk: u64) -> Option<SourceId> {
+    let size = match kind {
+        SrcKind::Regular(n) | SrcKind::Block(n) => n,
+        SrcKind::Stream => return None,
+    };
+    Some(SourceId {
+        size,
+        mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+        ctime_ns: meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128,
+        ino: meta.ino(),
+        dev: meta.dev(),
+        block: matches!(kind, SrcKind::Block(_)),
+        chunk,
+    })
+}
+
+/// The temporary file of a copy into a directory, removed with its
+/// journal unless the copy completes (or the process is killed: then both
+/// stay, for `--resume`).
+struct TmpGuard<'a> {
+    dir: &'a OwnedFd,
+    name: Vec<u8>,
+    journal: Option<Journal>,
+    state: Option<&'a StateDir>,
     armed: bool,
 }
 
-impl Drop for Cleanup<'_> {
+impl TmpGuard<'_> {
+    fn finish(mut self) {
+        self.armed = false;
+        if let (Some(j), Some(st)) = (self.journal.take(), self.state) {
+            j.remove(st);
+        }
+    }
+}
+
+impl Drop for TmpGuard<'_> {
     fn drop(&mut self) {
         if self.armed {
-            for p in &self.paths {
-                let _ = fs::remove_file(p);
+            let _ = rustix::fs::unlinkat(self.dir, place::os(&self.name), AtFlags::empty());
+            if let (Some(j), Some(st)) = (self.journal.take(), self.state) {
+                j.remove(st);
             }
         }
     }
@@ -810,82 +849,65 @@ impl Drop for Cleanup<'_> {
 
 /// Copies `src` to `dst` (a file, a block device, or a directory to copy
 /// into). `progress` is called from the copying threads as chunks finish.
+///
+/// `src` is opened once (a link there is followed, as cp does); a regular
+/// destination is written under a new unpredictable name beside it and
+/// renamed onto `dst`, replacing whatever is there — a link is replaced, not
+/// followed, unless it is `dst` itself and belongs to the caller or root
+/// (see the `place` module for the rules).
 pub fn copy(
     src: &Path,
     dst: &Path,
     opts: &CopyOptions,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<CopyReport> {
+    check_options(opts)?;
+    let source = Source::open(src, opts.resume)?;
+    let target = place::resolve(&source, dst)?;
+    copy_to(source, target, opts, progress)
+}
+
+/// Copies an open source to a resolved target.
+fn copy_to(
+    source: Source,
+    target: Target,
+    opts: &CopyOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Result<CopyReport> {
     let started = Instant::now();
-    // Look before opening: opening a FIFO blocks until a writer comes.
-    let pre = fs::metadata(src).map_err(io_err("open", src, None))?;
-    if opts.resume && !(pre.is_file() || pre.file_type().is_block_device() || pre.is_dir()) {
+    let src = source.path.as_path();
+    let src_file = &source.file;
+    let src_meta = &source.meta;
+    let size = source.size();
+    let stream = size.is_none();
+    if opts.resume && matches!(source.kind, SrcKind::Block(_)) && !opts.verify {
         return Err(refused(
             src,
-            "is a pipe or other stream: it cannot be resumed",
+            "a block device's contents can change with nothing to show it: resume its copy \
+             only with --verify",
         ));
     }
-    let src_file = File::open(src).map_err(io_err("open", src, None))?;
-    let src_meta = src_file.metadata().map_err(io_err("stat", src, None))?;
-    let ft = src_meta.file_type();
-    if ft.is_dir() {
-        return Err(refused(
-            src,
-            "is a directory (use -r to copy a directory tree)",
-        ));
-    }
-    let stream = !(ft.is_file() || ft.is_block_device());
-    if stream && opts.resume {
-        return Err(refused(
-            src,
-            "is a pipe or other stream: it cannot be resumed",
-        ));
-    }
-    let dst = resolve_dst(src, dst, &src_meta)?;
-    let size = if stream {
-        None
-    } else if ft.is_block_device() {
-        Some(
-            rustix::fs::seek(&src_file, rustix::fs::SeekFrom::End(0))
-                .map_err(|e| Error::io("seek", src, None, e.into()))?,
-        )
-    } else {
-        Some(src_meta.len())
-    };
     let chunk = opts
         .chunk
-        .unwrap_or_else(|| tuned_chunk(&src_meta))
-        .max(ZERO_BLOCK)
+        .unwrap_or_else(|| tuned_chunk(src_meta))
+        .clamp(ZERO_BLOCK, MAX_CHUNK_BYTES)
         .div_ceil(ZERO_BLOCK)
         * ZERO_BLOCK;
-    let src_cached_before = if stream {
-        None
-    } else {
-        cached_pages(&src_file)
+    let mut report = CopyReport {
+        src_cached_before: if stream { None } else { cached_pages(src_file) },
+        ..CopyReport::default()
     };
 
     // Open the destination.
-    let mut report = CopyReport {
-        src_cached_before,
-        ..CopyReport::default()
+    let state = match &target {
+        Target::InDir { .. } => Some(StateDir::open()),
+        Target::Block { .. } => None,
     };
-    let mut done_chunks = HashSet::new();
-    let (dst_file, journal, mut cleanup) = match &dst {
-        Dst::Block { path } => {
-            // O_EXCL on a block device fails with EBUSY while it is mounted
-            // or held by another exclusive user.
-            let f = OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_EXCL)
-                .open(path)
-                .map_err(|e| {
-                    if e.raw_os_error() == Some(libc::EBUSY) {
-                        refused(path, "the device is mounted or in use")
-                    } else {
-                        Error::io("open", path, None, e)
-                    }
-                })?;
-            let dev_size = rustix::fs::seek(&f, rustix::fs::SeekFrom::End(0))
+    let state_dir = state.as_ref().and_then(|s| s.as_ref().ok());
+    let mut done_chunks = HashMap::new();
+    let (dst_file, dst_path, guard) = match &target {
+        Target::Block { file, path } => {
+            let dev_size = rustix::fs::seek(file, rustix::fs::SeekFrom::End(0))
                 .map_err(|e| Error::io("seek", path, None, e.into()))?;
             if let Some(size) = size {
                 if size > dev_size {
@@ -895,84 +917,136 @@ pub fn copy(
                     ));
                 }
             }
-            report.dst = path.clone();
-            (
-                f,
-                None,
-                Cleanup {
-                    paths: vec![],
-                    armed: false,
-                },
-            )
+            let f = file.try_clone().map_err(io_err("dup", path, None))?;
+            (f, path.clone(), None)
         }
-        Dst::File { path, tmp, journal } => {
-            report.dst = path.clone();
-            let header = size.map(|s| Header::of(&src_meta, s, chunk));
-            let mut fresh = true;
-            if let (true, Some(header)) = (opts.resume, &header) {
-                match Journal::load(journal, header).map_err(io_err("read", journal, None))? {
-                    Loaded::Done(done) if tmp.exists() => {
-                        done_chunks = done;
-                        fresh = false;
+        Target::InDir { dir, name, path } => {
+            let dir_st =
+                rustix::fs::fstat(dir).map_err(|e| Error::io("stat", path, None, e.into()))?;
+            let dir_id = (dir_st.st_dev, dir_st.st_ino);
+            let journal = match &state {
+                Some(Ok(st)) => match Journal::lock(st, dir_id, place::bytes(name)) {
+                    Ok(Some(j)) => Some(j),
+                    Ok(None) => {
+                        return Err(refused(
+                            path,
+                            "another ahead copy to this destination is under way",
+                        ))
                     }
-                    Loaded::Done(_) | Loaded::None => {}
-                    Loaded::Mismatch => {
+                    Err(e) => return Err(Error::io("open journal", st.path(), None, e)),
+                },
+                Some(Err(why)) if opts.resume => {
+                    return Err(refused(
+                        path,
+                        format!("cannot resume: no private journal directory ({why})"),
+                    ))
+                }
+                _ => None,
+            };
+            let src_id = source_id(src_meta, source.kind, chunk);
+            let loaded = match &journal {
+                Some(j) => j.load().map_err(io_err("read", j.path(), None))?,
+                None => None,
+            };
+            let mut resumed = None;
+            if let Some(l) = loaded {
+                let ours = l.header.dir == dir_id && l.header.name == place::bytes(name);
+                let old_tmp = place::open_tmp(dir, place::os(&l.header.tmp_name))
+                    .ok()
+                    .filter(|f| {
+                        f.metadata()
+                            .is_ok_and(|m| (m.dev(), m.ino()) == l.header.tmp)
+                    });
+                if opts.resume && ours && src_id.is_some() {
+                    if Some(&l.header.src) != src_id.as_ref() {
                         return Err(refused(
                             path,
                             "the interrupted copy was of another source, or the source changed \
-                             since (or another --chunk was used); run without --resume to start over",
-                        ))
+                             since (or another --chunk was used); run without --resume to start \
+                             over",
+                        ));
                     }
+                    if let Some(f) = old_tmp {
+                        resumed = Some((f, l.header.tmp_name, l.done));
+                    }
+                } else if ours && old_tmp.is_some() {
+                    // A fresh copy clears away what an earlier one left.
+                    let _ =
+                        rustix::fs::unlinkat(dir, place::os(&l.header.tmp_name), AtFlags::empty());
                 }
             }
-            let f = OpenOptions::new()
-                .write(true)
-                .read(true)
-                .create(true)
-                .truncate(fresh)
-                // A regular file's permission bits carry over (the umask
-                // applies, as with cp); a copy of a device or a stream gets
-                // a new file's usual 0666 & ~umask.
-                .mode(if ft.is_file() {
-                    src_meta.mode() & 0o7777
-                } else {
-                    0o666
-                })
-                .open(tmp)
-                .map_err(io_err("create", tmp, None))?;
-            let cleanup = Cleanup {
-                paths: vec![tmp.as_path(), journal.as_path()],
+            let (f, tmp_name) = match resumed {
+                Some((f, tmp_name, done)) => {
+                    done_chunks = done;
+                    (f, tmp_name)
+                }
+                None => {
+                    let token = sys::random_token().map_err(io_err("getrandom", path, None))?;
+                    let tmp_name = journal::tmp_name(place::bytes(name), &token);
+                    let tmp_path = path.with_file_name(place::os(&tmp_name));
+                    let f = place::create_tmp(
+                        dir,
+                        place::os(&tmp_name),
+                        place::copy_mode(src_meta, false) & 0o777,
+                    )
+                    .map_err(io_err("create", &tmp_path, None))?;
+                    if let Some(j) = &journal {
+                        let m = f.metadata().map_err(io_err("stat", &tmp_path, None))?;
+                        let header = Header {
+                            token,
+                            dir: dir_id,
+                            name: place::bytes(name).to_vec(),
+                            tmp_name: tmp_name.clone(),
+                            tmp: (m.dev(), m.ino()),
+                            src: src_id.clone().unwrap_or(SourceId {
+                                size: 0,
+                                mtime_ns: 0,
+                                ctime_ns: 0,
+                                ino: 0,
+                                dev: 0,
+                                block: false,
+                                chunk,
+                            }),
+                        };
+                        j.start(&header).map_err(io_err("write", j.path(), None))?;
+                    }
+                    (f, tmp_name)
+                }
+            };
+            let tmp_path = path.with_file_name(place::os(&tmp_name));
+            let guard = TmpGuard {
+                dir,
+                name: tmp_name,
+                journal,
+                state: state_dir,
                 armed: true,
             };
             if let Some(size) = size {
-                f.set_len(size).map_err(io_err("truncate", tmp, None))?;
+                f.set_len(size)
+                    .map_err(io_err("truncate", &tmp_path, None))?;
             }
-            let j = match &header {
-                Some(h) if fresh => {
-                    Some(Journal::create(journal, h).map_err(io_err("create", journal, None))?)
-                }
-                Some(_) => {
-                    Some(Journal::append_to(journal).map_err(io_err("open", journal, None))?)
-                }
-                None => None,
-            };
-            (f, j, cleanup)
+            (f, tmp_path, Some(guard))
         }
     };
-    let dst_write_path: &Path = match &dst {
-        Dst::File { tmp, .. } => tmp,
-        Dst::Block { path } => path,
+    report.resumable = guard.as_ref().is_some_and(|g| g.journal.is_some());
+    report.dst = match &target {
+        Target::Block { path, .. } | Target::InDir { path, .. } => path.clone(),
     };
-    let block_dst = matches!(dst, Dst::Block { .. });
+    let dst_write_path: &Path = &dst_path;
+    let block_dst = matches!(target, Target::Block { .. });
+    let journal = guard.as_ref().and_then(|g| g.journal.as_ref());
 
-    let reader = SrcReader::new(&src_file, src, opts);
+    let reader = SrcReader::new(src_file, src, opts);
     let writer = DstWriter::new(&dst_file, dst_write_path, opts);
+    // Reads the destination back: resumed chunks are checked against their
+    // journal lines; copy_file_range'd chunks are hashed from it.
+    let readback = SrcReader::new(&dst_file, dst_write_path, opts);
     let mut src_sum = None;
 
     // Reflink: whole file, shares extents, no cache touched.
     let mut reflinked = false;
-    if opts.reflink && !block_dst && !stream && ft.is_file() && done_chunks.is_empty() {
-        reflinked = rustix::fs::ioctl_ficlone(&dst_file, &src_file).is_ok();
+    if opts.reflink && !block_dst && !stream && src_meta.is_file() && done_chunks.is_empty() {
+        reflinked = rustix::fs::ioctl_ficlone(&dst_file, src_file).is_ok();
     }
 
     if reflinked {
@@ -983,25 +1057,27 @@ pub fn copy(
             total: size,
         });
     } else if let Some(size) = size {
-        let extents = if ft.is_file() {
-            data_extents(&src_file, size)
+        let extents = if src_meta.is_file() {
+            data_extents(src_file, size)
         } else {
             vec![(0, size)]
         };
         let tasks = plan(size, chunk, &extents);
-        let cfr = opts.cache == CacheMode::Keep && !block_dst && ft.is_file();
+        let cfr = opts.cache == CacheMode::Keep && !block_dst && src_meta.is_file();
         report.method = if cfr { "copy_file_range" } else { "chunks" };
         let shared = Shared {
             tasks: &tasks,
             done_chunks: &done_chunks,
+            readback: &readback,
             next: AtomicU64::new(0),
             done_bytes: AtomicU64::new(0),
             data_bytes: AtomicU64::new(0),
             holes_bytes: AtomicU64::new(0),
             resumed_bytes: AtomicU64::new(0),
+            resume_rejected: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
-            journal: journal.as_ref(),
+            journal,
             started: Instant::now(),
             total: size,
         };
@@ -1010,17 +1086,21 @@ pub fn copy(
             for _ in 0..opts.depth.max(1).min(tasks.len().max(1)) {
                 s.spawn(|| {
                     let r = copy_worker(
-                        &shared, &reader, &writer, &src_file, &dst_file, opts, chunk, block_dst,
+                        &shared, &reader, &writer, src_file, &dst_file, opts, chunk, block_dst,
                         &use_cfr, progress,
                     );
                     if let Err(e) = r {
                         shared.failed.store(true, Ordering::Relaxed);
-                        shared.error.lock().expect("error lock").get_or_insert(e);
+                        shared
+                            .error
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
                     }
                 });
             }
         });
-        if let Some(e) = shared.error.into_inner().expect("error lock") {
+        if let Some(e) = shared.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
         }
         if !use_cfr.load(Ordering::Relaxed) && cfr {
@@ -1030,15 +1110,16 @@ pub fn copy(
         report.data_bytes = shared.data_bytes.into_inner();
         report.holes_bytes = shared.holes_bytes.into_inner();
         report.resumed_bytes = shared.resumed_bytes.into_inner();
+        report.resume_rejected_chunks = shared.resume_rejected.into_inner();
     } else {
         report.method = "stream";
-        let (bytes, sum) = copy_stream(&src_file, src, &writer, chunk, opts, progress)?;
+        let (bytes, sum) = copy_stream(src_file, src, &writer, chunk, opts, progress)?;
         report.bytes = bytes;
         report.data_bytes = bytes;
-        if let Dst::File { tmp, .. } = &dst {
+        if !block_dst {
             dst_file
                 .set_len(bytes)
-                .map_err(io_err("truncate", tmp, None))?;
+                .map_err(io_err("truncate", dst_write_path, None))?;
         }
         src_sum = sum;
     }
@@ -1062,19 +1143,18 @@ pub fn copy(
         let _ = sys::evict_range(&dst_file, 0, 0);
     }
     if opts.cache == CacheMode::Drop && !stream {
-        let _ = sys::evict_range(&src_file, 0, 0);
+        let _ = sys::evict_range(src_file, 0, 0);
     }
     // Verify before the destination gets its name: a copy that does not
     // match never appears complete.
     if opts.verify {
-        let dst_read = File::open(dst_write_path).map_err(io_err("open", dst_write_path, None))?;
         let (a, b) = std::thread::scope(|s| {
             let a = s.spawn(|| match &src_sum {
                 Some(sum) => Ok(sum.clone()),
-                None => checksum(&src_file, src, report.bytes, opts),
+                None => checksum(src_file, src, report.bytes, opts),
             });
-            let b = checksum(&dst_read, dst_write_path, report.bytes, opts);
-            (a.join().expect("checksum thread"), b)
+            let b = checksum(&dst_file, dst_write_path, report.bytes, opts);
+            (a.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), b)
         });
         let (a, b) = (a?, b?);
         if a != b {
@@ -1086,56 +1166,74 @@ pub fn copy(
         }
         report.checksum = Some(a);
     }
-    if let Dst::File {
-        path,
-        tmp,
-        journal: jpath,
-    } = &dst
-    {
-        fs::rename(tmp, path).map_err(io_err("rename into place", path, None))?;
-        cleanup.armed = false;
-        if opts.sync {
-            if let Some(parent) = path.parent() {
-                let parent = if parent.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    parent
-                };
-                if let Ok(d) = File::open(parent) {
-                    d.sync_all().map_err(io_err("fsync", parent, None))?;
-                }
-            }
+    if let (Target::InDir { dir, name, path }, Some(guard)) = (&target, guard) {
+        if opts.preserve {
+            preserve(&dst_file, src_meta).map_err(io_err(
+                "set the mode and times of",
+                dst_write_path,
+                None,
+            ))?;
         }
-        drop(journal);
-        let _ = fs::remove_file(jpath);
+        // renameat replaces whatever is at the name (a link included) and
+        // follows nothing.
+        rustix::fs::renameat(dir, place::os(&guard.name), dir, name.as_os_str())
+            .map_err(|e| Error::io("rename into place", path, None, e.into()))?;
+        guard.finish();
+        if opts.sync {
+            rustix::fs::fsync(dir)
+                .map_err(|e| Error::io("fsync the directory of", path, None, e.into()))?;
+        }
     }
-    drop(cleanup);
 
     if !stream {
-        report.src_cached_after = cached_pages(&src_file);
+        report.src_cached_after = cached_pages(src_file);
     }
-    if let Ok(f) = File::open(&report.dst) {
-        report.dst_cached_after = if block_dst {
-            residency::of_range(&f, 0, report.bytes)
-                .ok()
-                .and_then(|s| s.known().map(|r| r.cached))
-        } else {
-            cached_pages(&f)
-        };
-    }
+    report.dst_cached_after = if block_dst {
+        residency::of_range(&dst_file, 0, report.bytes)
+            .ok()
+            .and_then(|s| s.known().map(|r| r.cached))
+    } else {
+        cached_pages(&dst_file)
+    };
     report.elapsed = started.elapsed();
     Ok(report)
+}
+
+/// `cp -p` for one file: the source's mode (setuid, setgid and sticky only
+/// when the caller owns the source) and its access and modification times.
+fn preserve(dst: &File, src: &fs::Metadata) -> io::Result<()> {
+    use rustix::fs::{Timespec, Timestamps};
+    rustix::fs::fchmod(
+        dst,
+        rustix::fs::Mode::from_raw_mode(place::copy_mode(src, true)),
+    )?;
+    let ts = |s: i64, ns: i64| Timespec {
+        tv_sec: s,
+        tv_nsec: ns as _,
+    };
+    rustix::fs::futimens(
+        dst,
+        &Timestamps {
+            last_access: ts(src.atime(), src.atime_nsec()),
+            last_modification: ts(src.mtime(), src.mtime_nsec()),
+        },
+    )?;
+    Ok(())
 }
 
 /// State the copying threads share.
 struct Shared<'a> {
     tasks: &'a [Task],
-    done_chunks: &'a HashSet<u64>,
+    /// Chunks an interrupted copy finished, with what they held.
+    done_chunks: &'a HashMap<u64, ChunkSum>,
+    /// Reads the destination back.
+    readback: &'a SrcReader<'a>,
     next: AtomicU64,
     done_bytes: AtomicU64,
     data_bytes: AtomicU64,
     holes_bytes: AtomicU64,
     resumed_bytes: AtomicU64,
+    resume_rejected: AtomicU64,
     failed: AtomicBool,
     error: Mutex<Option<Error>>,
     journal: Option<&'a Journal>,
@@ -1168,10 +1266,27 @@ fn copy_worker(
             let Some(task) = sh.tasks.get(i) else {
                 return Ok(());
             };
-            if sh.done_chunks.contains(&task.offset) {
-                sh.resumed_bytes.fetch_add(task.len, Ordering::Relaxed);
-                report_progress(sh, task.len, progress);
-                continue;
+            if let Some(sum) = sh.done_chunks.get(&task.offset) {
+                // Kept only if the temporary file still holds what the
+                // journal says was written there.
+                let b = &mut buf.as_mut_slice()[..task.len as usize];
+                let holds = sh.readback.read_exact_at(b, task.offset).is_ok()
+                    && match sum {
+                        ChunkSum::Hole => is_zero(b),
+                        ChunkSum::Blake3(h) => blake3::hash(b).as_bytes() == h,
+                    };
+                if holds {
+                    sh.resumed_bytes.fetch_add(task.len, Ordering::Relaxed);
+                    report_progress(sh, task.len, progress);
+                    continue;
+                }
+                sh.resume_rejected.fetch_add(1, Ordering::Relaxed);
+                if !block_dst {
+                    // Redone below, where the copy leaves holes unwritten:
+                    // the old bytes must go (a block device has its
+                    // zeroes written).
+                    writer.punch(task.offset, task.len)?;
+                }
             }
             if let Some(rate) = opts.bwlimit {
                 // Pace against the bytes finished so far plus this chunk
@@ -1185,12 +1300,25 @@ fn copy_worker(
             }
             let mut data = 0;
             let mut covered = 0;
+            // What the journal will say the chunk holds: its bytes, with
+            // zeroes for the source's holes.
+            let mut sum = sh.journal.map(|_| blake3::Hasher::new());
+            let mut hashed_to = task.offset;
             for &(off, len) in &task.data {
                 covered += len;
+                if let Some(h) = sum.as_mut() {
+                    hash_zeroes(h, off - hashed_to, &zeroes);
+                    hashed_to = off + len;
+                }
                 if use_cfr.load(Ordering::Relaxed) {
                     match copy_range(src, dst, off, len) {
                         Ok(()) => {
                             data += len;
+                            if let Some(h) = sum.as_mut() {
+                                let b = &mut buf.as_mut_slice()[..len as usize];
+                                sh.readback.read_exact_at(b, off)?;
+                                h.update(b);
+                            }
                             continue;
                         }
                         Err(e)
@@ -1208,6 +1336,9 @@ fn copy_worker(
                 }
                 let b = &mut buf.as_mut_slice()[..len as usize];
                 reader.read_exact_at(b, off)?;
+                if let Some(h) = sum.as_mut() {
+                    h.update(b);
+                }
                 data += write_sparse(
                     writer,
                     b,
@@ -1237,8 +1368,14 @@ fn copy_worker(
                 }
             }
             sh.data_bytes.fetch_add(data, Ordering::Relaxed);
-            if let Some(j) = sh.journal {
-                j.done(task.offset)
+            if let (Some(j), Some(mut h)) = (sh.journal, sum) {
+                let line = if task.data.is_empty() {
+                    ChunkSum::Hole
+                } else {
+                    hash_zeroes(&mut h, task.offset + task.len - hashed_to, &zeroes);
+                    ChunkSum::Blake3(*h.finalize().as_bytes())
+                };
+                j.done(task.offset, line)
                     .map_err(io_err("write", j.path(), None))?;
             }
             report_progress(sh, task.len, progress);
@@ -1246,6 +1383,15 @@ fn copy_worker(
     })();
     let drained = writer.drain(&mut windows);
     result.and(drained)
+}
+
+/// Feeds `n` zero bytes to `h`.
+fn hash_zeroes(h: &mut blake3::Hasher, mut n: u64, zeroes: &[u8]) {
+    while n > 0 {
+        let k = n.min(zeroes.len() as u64);
+        h.update(&zeroes[..k as usize]);
+        n -= k;
+    }
 }
 
 fn report_progress(sh: &Shared<'_>, n: u64, progress: &(dyn Fn(Progress) + Sync)) {

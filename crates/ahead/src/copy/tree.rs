@@ -7,17 +7,32 @@
 //! file that was cut short continues from its journal; files already
 //! finished are copied again (there is no journal of the tree). Symbolic
 //! links are recreated, not followed; FIFOs, sockets and device nodes
-//! inside the tree are skipped and listed.
+//! inside the tree are skipped and listed, never opened.
+//!
+//! Both trees are walked through directory descriptors (openat(2) with
+//! O_NOFOLLOW), so an entry swapped for a link during the walk is never
+//! followed: in the source, what is opened is checked with fstat(2) on the
+//! descriptor (a file turned into a link is copied as the link; one turned
+//! into a FIFO is skipped, not waited on); in the destination, a link where
+//! a directory goes is replaced by the directory, one where a file goes is
+//! replaced by the file, and nothing is written or chmod'ed through one.
+//! Directories the copy makes get the source's permission bits less the
+//! umask (setgid and sticky dropped, as cp does without -p); directories
+//! that were there keep their mode.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{copy, refused, CopyOptions, Progress};
-use crate::{Error, Result};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::place::{self, Source};
+use super::{check_options, copy_to, refused, CopyOptions, Progress};
+use crate::{sys, Error, Result};
 
 /// What a recursive copy did: sums over its files.
 #[derive(Clone, Debug, Default)]
@@ -75,134 +90,292 @@ pub fn copy_tree(
     opts: &CopyOptions,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<TreeReport> {
+    check_options(opts)?;
     let started = Instant::now();
-    let meta = fs::metadata(src).map_err(|e| Error::io("open", src, None, e))?;
-    if !meta.is_dir() {
-        return Err(refused(src, "is not a directory"));
-    }
-    let target = match fs::metadata(dst) {
-        Ok(m) if m.is_dir() => {
-            let name = src
-                .canonicalize()
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_owned()))
-                .ok_or_else(|| refused(src, "has no name to copy into a directory"))?;
-            dst.join(name)
+    let src_fd = rustix::fs::open(src, dir_flags(), Mode::empty()).map_err(|e| {
+        if e == rustix::io::Errno::NOTDIR {
+            refused(src, "is not a directory")
+        } else {
+            Error::io("open", src, None, e.into())
         }
-        Ok(_) => return Err(refused(dst, "exists and is not a directory")),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => dst.to_path_buf(),
-        Err(e) => return Err(Error::io("stat", dst, None, e)),
+    })?;
+    let src_mode = rustix::fs::fstat(&src_fd)
+        .map_err(|e| Error::io("stat", src, None, e.into()))?
+        .st_mode;
+    let into = match place::dst_meta(dst)? {
+        Some(m) if m.is_dir() => true,
+        Some(m) if m.file_type().is_symlink() => false, // replaced below
+        Some(_) => return Err(refused(dst, "exists and is not a directory")),
+        None => false,
+    };
+    let (parent, name, target) = if into {
+        let name = src
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_owned()))
+            .ok_or_else(|| refused(src, "has no name to copy into a directory"))?;
+        (dst.to_path_buf(), name.clone(), dst.join(name))
+    } else {
+        let name = dst
+            .file_name()
+            .ok_or_else(|| refused(dst, "has no file name"))?
+            .to_owned();
+        let parent = dst
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        (parent, name, dst.to_path_buf())
     };
     // Refuse to copy a tree into itself (it would never end).
     let src_abs = src
         .canonicalize()
         .map_err(|e| Error::io("open", src, None, e))?;
-    let parent = target
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
     let parent_abs = parent
         .canonicalize()
-        .map_err(|e| Error::io("open destination directory", parent, None, e))?;
+        .map_err(|e| Error::io("open destination directory", &parent, None, e))?;
     if parent_abs.starts_with(&src_abs) {
         return Err(refused(&target, "is inside the source directory"));
     }
+    let parent_fd = rustix::fs::open(&parent, dir_flags(), Mode::empty())
+        .map_err(|e| Error::io("open destination directory", &parent, None, e.into()))?;
     let total = walk_size(src);
-    let base = AtomicU64::new(0);
-    let mut report = TreeReport {
-        dst: target.clone(),
-        ..TreeReport::default()
-    };
-    copy_dir(
-        src,
-        &target,
-        meta.mode(),
+    let mut walk = Walk {
         opts,
         progress,
         total,
-        &base,
-        &mut report,
-    )?;
+        base: AtomicU64::new(0),
+        umask: sys::umask(),
+        report: TreeReport {
+            dst: target.clone(),
+            ..TreeReport::default()
+        },
+    };
+    let (dst_fd, created) = walk.ensure_dir(&parent_fd, &name, &target)?;
+    walk.copy_dir(&src_fd, src, &dst_fd, &target, created.then_some(src_mode))?;
+    let mut report = walk.report;
     report.elapsed = started.elapsed();
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn copy_dir(
-    src: &Path,
-    dst: &Path,
-    mode: u32,
-    opts: &CopyOptions,
-    progress: &(dyn Fn(Progress) + Sync),
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
+}
+
+/// One tree copy's settings and running totals.
+struct Walk<'a> {
+    opts: &'a CopyOptions,
+    progress: &'a (dyn Fn(Progress) + Sync),
     total: u64,
-    base: &AtomicU64,
-    report: &mut TreeReport,
-) -> Result<()> {
-    match fs::DirBuilder::new()
-        .mode((mode & 0o7777) | 0o700)
-        .create(dst)
-    {
-        Ok(()) => report.dirs += 1,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
-        Err(e) => return Err(Error::io("create directory", dst, None, e)),
-    }
-    let mut entries: Vec<_> = fs::read_dir(src)
-        .map_err(|e| Error::io("read directory", src, None, e))?
-        .collect::<io::Result<_>>()
-        .map_err(|e| Error::io("read directory", src, None, e))?;
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let from = e.path();
-        let to = dst.join(e.file_name());
-        let meta =
-            fs::symlink_metadata(&from).map_err(|err| Error::io("stat", &from, None, err))?;
-        let ft = meta.file_type();
-        if ft.is_symlink() {
-            let link =
-                fs::read_link(&from).map_err(|err| Error::io("readlink", &from, None, err))?;
-            let _ = fs::remove_file(&to);
-            std::os::unix::fs::symlink(&link, &to)
-                .map_err(|err| Error::io("symlink", &to, None, err))?;
-            report.symlinks += 1;
-        } else if ft.is_dir() {
-            copy_dir(&from, &to, meta.mode(), opts, progress, total, base, report)?;
-        } else if ft.is_file() {
-            let done_before = base.load(Ordering::Relaxed);
-            let on = |p: Progress| {
-                progress(Progress {
-                    done: done_before + p.done,
-                    total: Some(total),
-                })
-            };
-            let r = copy(&from, &to, opts, &on)?;
-            base.fetch_add(r.bytes, Ordering::Relaxed);
-            report.files += 1;
-            report.bytes += r.bytes;
-            report.data_bytes += r.data_bytes;
-            report.holes_bytes += r.holes_bytes;
-            report.resumed_bytes += r.resumed_bytes;
-            match (r.src_cached_before, r.src_cached_after, r.dst_cached_after) {
-                (Some(b), Some(a), Some(d)) => {
-                    report.src_cached_before += b;
-                    report.src_cached_after += a;
-                    report.dst_cached_after += d;
+    base: AtomicU64,
+    umask: u32,
+    report: TreeReport,
+}
+
+impl Walk<'_> {
+    /// Opens the directory `name` in `parent`, making it (mode 0700 until
+    /// its entries are in) if it is not there; a link there is replaced by
+    /// the directory, never followed. Whether it was made.
+    fn ensure_dir(
+        &mut self,
+        parent: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+    ) -> Result<(OwnedFd, bool)> {
+        let mut created = self.mkdir(parent, name, path)?;
+        let flags = dir_flags() | OFlags::NOFOLLOW;
+        let fd = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) if !created => {
+                let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|e| Error::io("stat", path, None, e.into()))?;
+                if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+                    return Err(refused(path, "exists and is not a directory"));
                 }
-                _ => report.unknown_residency += 1,
+                rustix::fs::unlinkat(parent, name, AtFlags::empty())
+                    .map_err(|e| Error::io("remove the link", path, None, e.into()))?;
+                created = self.mkdir(parent, name, path)?;
+                rustix::fs::openat(parent, name, flags, Mode::empty())
+                    .map_err(|e| Error::io("open", path, None, e.into()))?
             }
-            if r.checksum.is_some() {
-                report.verified += 1;
+            Err(e) => return Err(Error::io("open", path, None, e.into())),
+        };
+        Ok((fd, created))
+    }
+
+    fn mkdir(&mut self, parent: &OwnedFd, name: &OsStr, path: &Path) -> Result<bool> {
+        match rustix::fs::mkdirat(parent, name, Mode::RWXU) {
+            Ok(()) => {
+                self.report.dirs += 1;
+                Ok(true)
             }
-        } else {
-            report.skipped.push(from);
+            Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(Error::io("create directory", path, None, e.into())),
         }
     }
-    // The directory's own mode, now that its entries are in (a read-only
-    // source directory would otherwise refuse them).
-    let _ = fs::set_permissions(dst, fs::Permissions::from_mode(mode & 0o7777));
-    if opts.sync {
-        if let Ok(d) = fs::File::open(dst) {
-            d.sync_all().map_err(|e| Error::io("fsync", dst, None, e))?;
+
+    /// Copies the entries of the open directory `src` into the open
+    /// directory `dst`; `made_with` is the source directory's mode when the
+    /// copy made `dst` (it gets that mode once its entries are in).
+    fn copy_dir(
+        &mut self,
+        src: &OwnedFd,
+        src_path: &Path,
+        dst: &OwnedFd,
+        dst_path: &Path,
+        made_with: Option<u32>,
+    ) -> Result<()> {
+        let read_err = |e: rustix::io::Errno| Error::io("read directory", src_path, None, e.into());
+        let mut names: Vec<OsString> = Vec::new();
+        for entry in rustix::fs::Dir::read_from(src).map_err(read_err)? {
+            let entry = entry.map_err(read_err)?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(OsStr::from_bytes(n).to_owned());
+            }
         }
+        names.sort();
+        for name in names {
+            let from = src_path.join(&name);
+            let to = dst_path.join(&name);
+            let st = match rustix::fs::statat(src, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(rustix::io::Errno::NOENT) => continue, // gone meanwhile
+                Err(e) => return Err(Error::io("stat", &from, None, e.into())),
+            };
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Symlink => self.link(src, dst, &name, &from, &to)?,
+                FileType::Directory => {
+                    let flags = dir_flags() | OFlags::NOFOLLOW;
+                    let sub = match rustix::fs::openat(src, name.as_os_str(), flags, Mode::empty())
+                    {
+                        Ok(fd) => fd,
+                        // Swapped for a link or something else meanwhile.
+                        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                            self.report.skipped.push(from);
+                            continue;
+                        }
+                        Err(e) => return Err(Error::io("open", &from, None, e.into())),
+                    };
+                    let mode = rustix::fs::fstat(&sub)
+                        .map_err(|e| Error::io("stat", &from, None, e.into()))?
+                        .st_mode;
+                    let (sub_dst, created) = self.ensure_dir(dst, &name, &to)?;
+                    self.copy_dir(&sub, &from, &sub_dst, &to, created.then_some(mode))?;
+                }
+                FileType::RegularFile => self.file(src, dst, &name, from, to)?,
+                _ => self.report.skipped.push(from),
+            }
+        }
+        if let Some(mode) = made_with {
+            let mode = if self.opts.preserve && self.owns(src) {
+                mode & 0o7777
+            } else {
+                mode & 0o777 & !self.umask
+            };
+            rustix::fs::fchmod(dst, Mode::from_raw_mode(mode))
+                .map_err(|e| Error::io("chmod", dst_path, None, e.into()))?;
+        }
+        if self.opts.sync {
+            rustix::fs::fsync(dst).map_err(|e| Error::io("fsync", dst_path, None, e.into()))?;
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn owns(&self, fd: impl AsFd) -> bool {
+        rustix::fs::fstat(fd).is_ok_and(|st| st.st_uid == rustix::process::geteuid().as_raw())
+    }
+
+    /// Copies the regular file `name`, opened without following a link and
+    /// checked on its descriptor.
+    fn file(
+        &mut self,
+        src: &OwnedFd,
+        dst: &OwnedFd,
+        name: &OsStr,
+        from: PathBuf,
+        to: PathBuf,
+    ) -> Result<()> {
+        let flags = place::read_flags() | OFlags::NOFOLLOW;
+        let fd = match rustix::fs::openat(src, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            // It became a link after it was looked at: copy the link.
+            Err(rustix::io::Errno::LOOP) => return self.link(src, dst, name, &from, &to),
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(Error::io("open", &from, None, e.into())),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat", &from, None, e.into()))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            self.report.skipped.push(from);
+            return Ok(());
+        }
+        let source = Source::from_fd(fd, from, self.opts.resume)?;
+        let dir = dst
+            .try_clone()
+            .map_err(|e| Error::io("dup", &to, None, e))?;
+        let target = place::in_dir(&source, dir, name.to_owned(), to, false)?;
+        let done_before = self.base.load(Ordering::Relaxed);
+        let (progress, total) = (self.progress, self.total);
+        let on = |p: Progress| {
+            progress(Progress {
+                done: done_before + p.done,
+                total: Some(total),
+            })
+        };
+        let r = copy_to(source, target, self.opts, &on)?;
+        self.base.fetch_add(r.bytes, Ordering::Relaxed);
+        let report = &mut self.report;
+        report.files += 1;
+        report.bytes += r.bytes;
+        report.data_bytes += r.data_bytes;
+        report.holes_bytes += r.holes_bytes;
+        report.resumed_bytes += r.resumed_bytes;
+        match (r.src_cached_before, r.src_cached_after, r.dst_cached_after) {
+            (Some(b), Some(a), Some(d)) => {
+                report.src_cached_before += b;
+                report.src_cached_after += a;
+                report.dst_cached_after += d;
+            }
+            _ => report.unknown_residency += 1,
+        }
+        if r.checksum.is_some() {
+            report.verified += 1;
+        }
+        Ok(())
+    }
+
+    /// Recreates the link `name`: made under a new name beside it and
+    /// renamed onto it, replacing (never following) what is there.
+    fn link(
+        &mut self,
+        src: &OwnedFd,
+        dst: &OwnedFd,
+        name: &OsStr,
+        from: &Path,
+        to: &Path,
+    ) -> Result<()> {
+        let target = match rustix::fs::readlinkat(src, name, Vec::new()) {
+            Ok(t) => t,
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
+            // Swapped for something else meanwhile.
+            Err(rustix::io::Errno::INVAL) => {
+                self.report.skipped.push(from.to_path_buf());
+                return Ok(());
+            }
+            Err(e) => return Err(Error::io("readlink", from, None, e.into())),
+        };
+        let token = sys::random_token().map_err(|e| Error::io("getrandom", to, None, e))?;
+        let mut tmp = b".".to_vec();
+        tmp.extend_from_slice(&token.as_bytes()[..16]);
+        tmp.extend_from_slice(b".ahead-link");
+        let tmp = OsStr::from_bytes(&tmp);
+        rustix::fs::symlinkat(target.as_c_str(), dst, tmp)
+            .map_err(|e| Error::io("symlink", to, None, e.into()))?;
+        if let Err(e) = rustix::fs::renameat(dst, tmp, dst, name) {
+            let _ = rustix::fs::unlinkat(dst, tmp, AtFlags::empty());
+            return Err(Error::io("rename into place", to, None, e.into()));
+        }
+        self.report.symlinks += 1;
+        Ok(())
+    }
 }
