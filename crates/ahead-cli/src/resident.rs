@@ -1,9 +1,15 @@
 //! `ahead stat`, `ahead evict`, `ahead warm`: the kernel page cache's view
 //! of files (what vmtouch and fincore show), and changing it.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use ahead::residency::{self, Residency, Seen};
 use ahead::units::{format_size, parse_size};
@@ -17,9 +23,14 @@ pub struct Paths {
     /// Files (or, with -R, directories).
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// Walk directories recursively (symbolic links are not followed).
+    /// Walk directories recursively (symbolic links are not followed;
+    /// FIFOs, sockets and device nodes found in them are not opened).
     #[arg(short = 'R', long)]
     recursive: bool,
+    /// With -R, also take the block devices found in directories (a block
+    /// device named on the command line is always taken).
+    #[arg(long)]
+    devices: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -75,93 +86,138 @@ fn parse_range(s: &str) -> std::result::Result<(u64, u64), String> {
     Ok((start, end))
 }
 
-/// Every regular file named by `paths` (walking directories with -R), and
-/// one error line per path that is not one. Block devices are allowed too.
-fn expand(paths: &Paths) -> (Vec<PathBuf>, Vec<String>) {
-    let mut files = Vec::new();
-    let mut errors = Vec::new();
-    for p in &paths.paths {
-        walk(p, paths.recursive, true, &mut files, &mut errors);
-    }
-    (files, errors)
-}
-
-fn walk(
-    path: &Path,
-    recursive: bool,
-    top: bool,
-    files: &mut Vec<PathBuf>,
-    errors: &mut Vec<String>,
-) {
-    let meta = if top {
-        fs::metadata(path)
-    } else {
-        fs::symlink_metadata(path)
-    };
-    let meta = match meta {
-        Ok(m) => m,
-        Err(e) => {
-            errors.push(format!("{}: {e}", path.display()));
-            return;
-        }
-    };
-    use std::os::unix::fs::FileTypeExt;
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        if !recursive {
-            errors.push(format!("{}: is a directory (use -R)", path.display()));
-            return;
-        }
-        let entries = match fs::read_dir(path) {
-            Ok(rd) => rd,
-            Err(e) => {
-                errors.push(format!("{}: {e}", path.display()));
-                return;
-            }
-        };
-        let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        names.sort();
-        for n in names {
-            walk(&n, recursive, false, files, errors);
-        }
-    } else if ft.is_file() || ft.is_block_device() {
-        files.push(path.to_path_buf());
-    } else if top {
-        errors.push(format!(
-            "{}: not a regular file (page-cache residency is kept for files and block devices)",
-            path.display()
-        ));
-    }
-}
-
-/// Reports the paths that are not files, then runs `work` on each file,
-/// opened, and `show` on what it returned; a file whose `work` fails is
-/// reported on stderr and the others go on. Whether every path went well.
+/// Runs `work` on every file `paths` names (walking directories with -R),
+/// opened once, and `show` on what it returned; a path that is not a file,
+/// or whose `work` fails, is reported on stderr and the others go on.
+/// Whether every path went well.
+///
+/// Directories are walked through descriptors (openat(2) with O_NOFOLLOW):
+/// an entry swapped for a link while the walk runs is not followed, and
+/// what is opened is checked with fstat(2) on its descriptor. Files are
+/// opened non-blocking, so a FIFO swapped in for a file cannot hang the
+/// walk; FIFOs, sockets and character devices in a tree are never opened,
+/// block devices only with `--devices`.
 fn each_file<T>(
-    files: &[PathBuf],
-    errors: &[String],
+    paths: &Paths,
     mut work: impl FnMut(&fs::File) -> io::Result<T>,
     mut show: impl FnMut(&Path, T),
 ) -> bool {
-    for e in errors {
-        eprintln!("ahead: {e}");
-    }
-    let mut ok = errors.is_empty();
-    for path in files {
-        match open(path).and_then(|f| work(&f)) {
-            Ok(v) => show(path, v),
+    let ok = std::cell::Cell::new(true);
+    let fail = |what: String| {
+        eprintln!("ahead: {what}");
+        ok.set(false);
+    };
+    let mut visit = |path: &Path, f: fs::File| match work(&f) {
+        Ok(v) => show(path, v),
+        Err(e) => fail(format!("{}: {e}", path.display())),
+    };
+    for path in &paths.paths {
+        // Looked at before it is opened: a FIFO or a terminal named here
+        // is reported, not opened.
+        let ft = match fs::metadata(path) {
+            Ok(m) => m.file_type(),
             Err(e) => {
-                eprintln!("ahead: {}: {e}", path.display());
-                ok = false;
+                fail(format!("{}: {e}", path.display()));
+                continue;
             }
+        };
+        if !(ft.is_dir() || ft.is_file() || ft.is_block_device()) {
+            fail(format!(
+                "{}: not a regular file (page-cache residency is kept for files and block devices)",
+                path.display()
+            ));
+            continue;
+        }
+        if ft.is_dir() && !paths.recursive {
+            fail(format!("{}: is a directory (use -R)", path.display()));
+            continue;
+        }
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                fail(format!("{}: {}", path.display(), io::Error::from(e)));
+                continue;
+            }
+        };
+        match opened_kind(&fd) {
+            Some(FileType::Directory) => walk(&fd, path, paths.devices, &mut visit, &fail),
+            Some(FileType::RegularFile | FileType::BlockDevice) => visit(path, fs::File::from(fd)),
+            _ => fail(format!(
+                "{}: changed while it was being opened",
+                path.display()
+            )),
         }
     }
-    ok
+    ok.get()
 }
 
-fn open(path: &Path) -> io::Result<fs::File> {
-    let f = fs::File::open(path)?;
-    Ok(f)
+fn opened_kind(fd: &OwnedFd) -> Option<FileType> {
+    rustix::fs::fstat(fd)
+        .ok()
+        .map(|st| FileType::from_raw_mode(st.st_mode))
+}
+
+/// Visits the files of the open directory `dir` (sorted by name) and walks
+/// its subdirectories, never through a link.
+fn walk(
+    dir: &OwnedFd,
+    path: &Path,
+    devices: bool,
+    visit: &mut dyn FnMut(&Path, fs::File),
+    fail: &dyn Fn(String),
+) {
+    let mut names: Vec<OsString> = Vec::new();
+    let entries = match rustix::fs::Dir::read_from(dir) {
+        Ok(d) => d,
+        Err(e) => return fail(format!("{}: {}", path.display(), io::Error::from(e))),
+    };
+    for entry in entries {
+        match entry {
+            Ok(e) => {
+                let n = e.file_name().to_bytes();
+                if n != b"." && n != b".." {
+                    names.push(OsStr::from_bytes(n).to_owned());
+                }
+            }
+            Err(e) => return fail(format!("{}: {}", path.display(), io::Error::from(e))),
+        }
+    }
+    names.sort();
+    for name in names {
+        let p = path.join(&name);
+        let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+            continue; // gone meanwhile
+        };
+        let want = FileType::from_raw_mode(st.st_mode);
+        let flags = match want {
+            FileType::Directory => OFlags::RDONLY | OFlags::DIRECTORY,
+            FileType::RegularFile => OFlags::RDONLY | OFlags::NONBLOCK,
+            FileType::BlockDevice if devices => OFlags::RDONLY | OFlags::NONBLOCK,
+            // Links are not followed; FIFOs, sockets, character devices
+            // (and block devices without --devices) are not opened.
+            _ => continue,
+        };
+        let flags = flags | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(dir, name.as_os_str(), flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
+                continue; // swapped for something else meanwhile
+            }
+            Err(e) => {
+                fail(format!("{}: {}", p.display(), io::Error::from(e)));
+                continue;
+            }
+        };
+        // What was opened must be what was looked at.
+        if opened_kind(&fd) != Some(want) {
+            continue;
+        }
+        match want {
+            FileType::Directory => walk(&fd, &p, devices, visit, fail),
+            _ => visit(&p, fs::File::from(fd)),
+        }
+    }
 }
 
 fn size_of(f: &fs::File) -> io::Result<u64> {
@@ -285,24 +341,100 @@ fn stat_line(path: &Path, size: u64, seen: &Seen) -> String {
     }
 }
 
-/// A page map of one file: each mark stands for `per` pages; `O` all of
-/// them cached, `o` some, `.` none.
-fn map_text(map: &[bool]) -> String {
-    const WIDTH: usize = 64;
-    const MAX_LINES: usize = 32;
-    let per = map.len().div_ceil(WIDTH * MAX_LINES).max(1);
+/// Marks per line of a printed page map, and lines at most.
+const MAP_WIDTH: u64 = 64;
+const MAP_LINES: u64 = 32;
+/// Cached runs listed in JSON at most (a map of alternating pages of a
+/// 15 TiB file has two billion): the rest are counted, not listed.
+const MAX_RUNS: usize = 1 << 20;
+
+/// A file's page map, summarised while it is read a window at a time: the
+/// printed buckets and the list of cached runs, in memory that does not
+/// grow with the file.
+struct MapSummary {
+    /// Pages per mark.
+    per: u64,
+    /// Per mark: (cached pages, pages).
+    buckets: Vec<(u64, u64)>,
+    /// Cached runs `[first page, pages]`, at most [`MAX_RUNS`].
+    runs: Vec<[u64; 2]>,
+    /// Whether runs were left out.
+    runs_cut: bool,
+    /// A cached run that the next window may extend.
+    open: Option<[u64; 2]>,
+}
+
+impl MapSummary {
+    fn new(pages: u64) -> MapSummary {
+        let per = pages.div_ceil(MAP_WIDTH * MAP_LINES).max(1);
+        MapSummary {
+            per,
+            buckets: vec![(0, 0); pages.div_ceil(per) as usize],
+            runs: Vec::new(),
+            runs_cut: false,
+            open: None,
+        }
+    }
+
+    /// The summary of `f`'s `pages` pages; `None` where the kernel would
+    /// not show them.
+    fn of_file(f: &fs::File, pages: u64) -> io::Result<Option<MapSummary>> {
+        let mut m = MapSummary::new(pages);
+        let seen = residency::each_map_window(f, 0, u64::MAX, |first, w| {
+            m.add(first, w);
+            Ok(())
+        })?;
+        Ok(seen.then(|| m.finish()))
+    }
+
+    /// Takes in the map of pages `first..first + window.len()`.
+    fn add(&mut self, first: u64, window: &[bool]) {
+        for (i, &cached) in window.iter().enumerate() {
+            let page = first + i as u64;
+            if let Some(b) = self.buckets.get_mut((page / self.per) as usize) {
+                b.1 += 1;
+                b.0 += u64::from(cached);
+            }
+            match (&mut self.open, cached) {
+                (Some(run), true) => run[1] += 1,
+                (None, true) => self.open = Some([page, 1]),
+                (Some(_), false) => self.close(),
+                (None, false) => {}
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some(run) = self.open.take() {
+            if self.runs.len() < MAX_RUNS {
+                self.runs.push(run);
+            } else {
+                self.runs_cut = true;
+            }
+        }
+    }
+
+    fn finish(mut self) -> MapSummary {
+        self.close();
+        self
+    }
+}
+
+/// A printed page map: each mark stands for `per` pages; `O` all of them
+/// cached, `o` some, `.` none.
+fn map_text(map: &MapSummary) -> String {
     let mut out = format!(
-        "each mark = {per} page(s) of {}: O all cached, o some, . none\n",
+        "each mark = {} page(s) of {}: O all cached, o some, . none\n",
+        map.per,
         format_size(residency::page_size())
     );
-    for (i, bucket) in map.chunks(per).enumerate() {
-        if i > 0 && i % WIDTH == 0 {
+    for (i, &(cached, pages)) in map.buckets.iter().enumerate() {
+        if i > 0 && i as u64 % MAP_WIDTH == 0 {
             out.push('\n');
         }
-        let n = bucket.iter().filter(|&&c| c).count();
-        out.push(if n == bucket.len() {
+        out.push(if cached == pages {
             'O'
-        } else if n > 0 {
+        } else if cached > 0 {
             'o'
         } else {
             '.'
@@ -315,23 +447,19 @@ fn map_text(map: &[bool]) -> String {
 /// Runs `ahead stat`. Paths that cannot be read are reported and make the
 /// exit status non-zero; unknown residency does not (it is an answer).
 pub fn stat(args: StatArgs) -> Result<bool> {
-    let (files, errors) = expand(&args.paths);
-    if args.map && files.len() != 1 {
-        bail!("--map takes exactly one file ({} given)", files.len());
+    if args.map && (args.paths.paths.len() != 1 || args.paths.recursive) {
+        bail!("--map takes exactly one file");
     }
     let mut total = Total::default();
     let mut rows = Vec::new();
-    if !args.paths.json && !files.is_empty() {
-        println!("{STAT_HEADER}");
-    }
+    let mut header = !args.paths.json;
     let ok = each_file(
-        &files,
-        &errors,
+        &args.paths,
         |f| {
             let size = size_of(f)?;
             let seen = residency::of_range(f, 0, u64::MAX)?;
             let map = if args.map {
-                residency::page_map(f, 0, u64::MAX)?
+                MapSummary::of_file(f, seen.pages())?
             } else {
                 None
             };
@@ -342,14 +470,16 @@ pub fn stat(args: StatArgs) -> Result<bool> {
             if args.paths.json {
                 let mut row = crate::with(json!({"path": path, "size": size}), seen_json(&seen));
                 if let Some(map) = &map {
-                    let runs: Vec<[u64; 2]> = residency::runs(map, true)
-                        .into_iter()
-                        .map(|(s, n)| [s, n])
-                        .collect();
-                    row["cached_runs"] = json!(runs);
+                    row["cached_runs"] = json!(map.runs);
+                    if map.runs_cut {
+                        row["cached_runs_truncated"] = json!(true);
+                    }
                 }
                 rows.push(row);
             } else {
+                if std::mem::take(&mut header) {
+                    println!("{STAT_HEADER}");
+                }
                 println!("{}", stat_line(path, size, &seen));
                 if let Seen::Unknown { why, .. } = &seen {
                     eprintln!("ahead: {}: residency unknown: {why}", path.display());
@@ -367,7 +497,7 @@ pub fn stat(args: StatArgs) -> Result<bool> {
             "{}",
             serde_json::to_string_pretty(&json!({"files": rows, "total": total.json()}))?
         );
-    } else if files.len() > 1 {
+    } else if total.files > 1 {
         let unknown = if total.unknown > 0 {
             format!(" ({} file(s) unknown, not counted)", total.unknown)
         } else {
@@ -399,11 +529,9 @@ fn show(v: Option<u64>) -> String {
 
 /// Runs `ahead evict`: DONTNEED on every file, cached pages before and after.
 pub fn evict(args: EvictArgs) -> Result<bool> {
-    let (files, errors) = expand(&args.paths);
     let mut rows = Vec::new();
     let ok = each_file(
-        &files,
-        &errors,
+        &args.paths,
         |f| {
             let before = residency::of_range(f, 0, u64::MAX)?;
             residency::evict(f, 0, 0)?;
@@ -449,12 +577,10 @@ pub fn evict(args: EvictArgs) -> Result<bool> {
 /// Runs `ahead warm`: reads the uncached parts of every file (or of
 /// `--range`) into the page cache.
 pub fn warm(args: WarmArgs) -> Result<bool> {
-    let (files, errors) = expand(&args.paths);
     let (start, end) = args.range.unwrap_or((0, u64::MAX));
     let mut rows = Vec::new();
     let ok = each_file(
-        &files,
-        &errors,
+        &args.paths,
         |f| {
             let size = size_of(f)?;
             if args.range.is_some() && start >= size {
@@ -531,12 +657,37 @@ mod tests {
     }
 
     #[test]
+    fn a_map_read_in_windows_gives_the_runs_of_the_whole() {
+        let map: Vec<bool> = (0..1000).map(|i| (i / 7) % 3 != 0).collect();
+        let mut m = MapSummary::new(1000);
+        for (k, w) in map.chunks(64).enumerate() {
+            m.add(k as u64 * 64, w);
+        }
+        let m = m.finish();
+        let want: Vec<[u64; 2]> = residency::runs(&map, true)
+            .into_iter()
+            .map(|(s, n)| [s, n])
+            .collect();
+        assert_eq!(m.runs, want);
+        assert_eq!(m.buckets.iter().map(|b| b.1).sum::<u64>(), 1000);
+        assert_eq!(
+            m.buckets.iter().map(|b| b.0).sum::<u64>(),
+            map.iter().filter(|&&c| c).count() as u64
+        );
+    }
+
+    #[test]
     fn a_map_marks_full_partial_and_empty_buckets() {
+        let summary = |map: &[bool]| {
+            let mut m = MapSummary::new(map.len() as u64);
+            m.add(0, map);
+            m.finish()
+        };
         let map = [true, true, true, false, false, false];
         // 6 pages fit one line at one page per mark.
-        assert!(map_text(&map).ends_with("OOO...\n"));
+        assert!(map_text(&summary(&map)).ends_with("OOO...\n"));
         let big: Vec<bool> = (0..64 * 32 * 2).map(|i| i % 2 == 0).collect();
-        let text = map_text(&big);
+        let text = map_text(&summary(&big));
         assert!(text.starts_with("each mark = 2 page(s)"));
         assert!(text.lines().skip(1).all(|l| l.chars().all(|c| c == 'o')));
         assert_eq!(text.lines().count(), 1 + 32);

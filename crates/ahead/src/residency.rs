@@ -13,7 +13,7 @@
 //! [`Seen::Unknown`], never a made-up number.
 
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -196,24 +196,46 @@ pub fn of_range(fd: impl AsFd, offset: u64, len: u64) -> io::Result<Seen> {
 
 /// One bool per page of `len` bytes at `offset` (rounded out to pages,
 /// clipped to the file), true when cached, from mincore(2). `None` when the
-/// kernel would not tell the truth for this caller.
+/// kernel would not tell the truth for this caller. The map takes a byte
+/// per page: for a range of any size, use [`each_map_window`].
 pub fn page_map(fd: impl AsFd, offset: u64, len: u64) -> io::Result<Option<Vec<bool>>> {
+    let mut map = Vec::new();
+    let seen = each_map_window(fd, offset, len, |_, w| {
+        map.extend_from_slice(w);
+        Ok(())
+    })?;
+    Ok(seen.then_some(map))
+}
+
+/// The page map of `len` bytes at `offset` (as [`page_map`]), handed to
+/// `f` one window of at most 1 GiB of the file at a time, with the index
+/// of the window's first page: memory stays bounded (256 KiB of map at
+/// 4 KiB pages) whatever the file's size. `false` (and `f` never called)
+/// when the kernel would not tell the truth for this caller.
+pub fn each_map_window(
+    fd: impl AsFd,
+    offset: u64,
+    len: u64,
+    mut f: impl FnMut(u64, &[bool]) -> io::Result<()>,
+) -> io::Result<bool> {
     let fd = fd.as_fd();
     if !sys::may_see_residency(fd) {
-        return Ok(None);
+        return Ok(false);
     }
     let size = file_size(fd)?;
     let page = page_size();
     let (first, end) = page_span(offset, len, size);
-    let mut map = Vec::with_capacity((end - first) as usize);
+    let mut window = Vec::new();
     let mut at = first * page;
     let stop = end * page;
     while at < stop {
         let n = (stop - at).min(MINCORE_CHUNK);
-        sys::mincore(fd, at, n as usize, &mut map)?;
+        window.clear();
+        sys::mincore(fd, at, n as usize, &mut window)?;
+        f(at / page, &window)?;
         at += n;
     }
-    Ok(Some(map))
+    Ok(true)
 }
 
 /// Runs of equal values in a page map: `(first page, pages)` of every run
@@ -271,43 +293,32 @@ pub fn warm(fd: impl AsFd, offset: u64, len: u64) -> io::Result<WarmReport> {
     let fd = fd.as_fd();
     let started = Instant::now();
     let size = file_size(fd)?;
-    let page = page_size();
     let (first, end) = page_span(offset, len, size);
-    let (ranges, map_seen) = match page_map(fd, first * page, (end - first) * page)? {
-        Some(map) => {
-            let mut merged: Vec<(u64, u64)> = Vec::new();
-            for (start, n) in runs(&map, false) {
-                let (s, e) = ((first + start) * page, (first + start + n) * page);
-                match merged.last_mut() {
-                    Some(last) if s - last.1 <= WARM_MERGE_GAP => last.1 = e,
-                    _ => merged.push((s, e)),
-                }
-            }
-            (merged, true)
-        }
-        None => (vec![(first * page, end * page)], false),
-    };
-    let mut pieces = Vec::new();
-    for (s, e) in ranges {
-        let e = e.min(size);
-        let mut at = s;
-        while at < e {
-            let n = (e - at).min(WARM_IO);
-            pieces.push((at, n));
-            at += n;
-        }
-    }
+    let map_seen = sys::may_see_residency(fd);
     sys::fadvise(fd, 0, 0, rustix::fs::Advice::Random)?;
-    let next = AtomicU64::new(0);
+    // The reads are planned a window of the page map at a time, as the
+    // workers ask for them: memory stays bounded whatever the file's size.
+    let plan = std::sync::Mutex::new(WarmPlan {
+        next_page: first,
+        end_page: end,
+        size,
+        map_seen,
+        pending: std::collections::VecDeque::new(),
+        open_run: None,
+        reads: 0,
+    });
     let bytes = AtomicU64::new(0);
     let result: io::Result<()> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..WARM_DEPTH.min(pieces.len()))
+        let workers: Vec<_> = (0..WARM_DEPTH)
             .map(|_| {
                 s.spawn(|| -> io::Result<()> {
                     let mut buf = vec![0u8; WARM_IO as usize];
                     loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                        let Some(&(at, n)) = pieces.get(i) else {
+                        let next = plan
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .next_read(fd)?;
+                        let Some((at, n)) = next else {
                             return Ok(());
                         };
                         let mut done = 0;
@@ -331,16 +342,87 @@ pub fn warm(fd: impl AsFd, offset: u64, len: u64) -> io::Result<WarmReport> {
             .collect();
         workers
             .into_iter()
-            .try_for_each(|w| w.join().expect("warm worker panicked"))
+            .try_for_each(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
     });
     let _ = sys::fadvise(fd, 0, 0, rustix::fs::Advice::Normal);
     result?;
+    let reads = plan.into_inner().unwrap_or_else(|p| p.into_inner()).reads;
     Ok(WarmReport {
         bytes_read: bytes.into_inner(),
-        reads: pieces.len() as u64,
+        reads,
         map_seen,
         elapsed: started.elapsed(),
     })
+}
+
+/// What `warm` still has to read: the page map is looked at one window at
+/// a time, its uncached runs merged across small gaps and cut into reads.
+struct WarmPlan {
+    /// First page whose map has not been looked at yet.
+    next_page: u64,
+    end_page: u64,
+    size: u64,
+    map_seen: bool,
+    /// Reads planned, not yet handed out: `(offset, len)`.
+    pending: std::collections::VecDeque<(u64, u64)>,
+    /// An uncached run, in bytes, that the next window may still extend.
+    open_run: Option<(u64, u64)>,
+    reads: u64,
+}
+
+impl WarmPlan {
+    /// The next read to issue, `None` when everything is planned and handed
+    /// out.
+    fn next_read(&mut self, fd: BorrowedFd<'_>) -> io::Result<Option<(u64, u64)>> {
+        let page = page_size();
+        while self.pending.is_empty() {
+            if self.next_page >= self.end_page {
+                match self.open_run.take() {
+                    Some(run) => self.cut(run),
+                    None => return Ok(None),
+                }
+                continue;
+            }
+            let from = self.next_page;
+            let to = (from + MINCORE_CHUNK / page).min(self.end_page);
+            self.next_page = to;
+            if !self.map_seen {
+                self.extend((from * page, to * page));
+                continue;
+            }
+            let mut map = Vec::with_capacity((to - from) as usize);
+            sys::mincore(fd, from * page, ((to - from) * page) as usize, &mut map)?;
+            for (start, n) in runs(&map, false) {
+                self.extend(((from + start) * page, (from + start + n) * page));
+            }
+        }
+        self.reads += 1;
+        Ok(self.pending.pop_front())
+    }
+
+    /// Adds an uncached run, merged with the open one when the gap between
+    /// them is small.
+    fn extend(&mut self, (s, e): (u64, u64)) {
+        match &mut self.open_run {
+            Some(last) if s - last.1 <= WARM_MERGE_GAP => last.1 = e,
+            _ => {
+                if let Some(run) = self.open_run.replace((s, e)) {
+                    self.cut(run);
+                }
+            }
+        }
+    }
+
+    /// Cuts a run into reads of at most [`WARM_IO`].
+    fn cut(&mut self, (s, e): (u64, u64)) {
+        let e = e.min(self.size);
+        let mut at = s;
+        while at < e {
+            let n = (e - at).min(WARM_IO);
+            self.pending.push_back((at, n));
+            at += n;
+        }
+    }
 }
 
 #[cfg(test)]
