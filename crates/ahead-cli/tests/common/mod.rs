@@ -118,3 +118,27 @@ pub fn ahead_with_state(state: &Path, args: &[&str]) -> Output {
         .output()
         .expect("run ahead")
 }
+
+/// A shell command run as user and group 65534 (nobody), the other local
+/// user of the attack tests. `None`, after a SKIP line naming `test`, where
+/// that cannot be done here.
+pub fn nobody_sh(test: &str, script: &str) -> Option<Command> {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP {test}: needs root to act as another user");
+        return None;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIP {test}: setpriv is not installed");
+        return None;
+    }
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "sh",
+        "-c",
+        script,
+    ]);
+    Some(c)
+}
