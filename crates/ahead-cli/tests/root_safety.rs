@@ -687,7 +687,7 @@ fn trees_skip_fifos_and_device_nodes_unless_asked() {
     if rustix::process::geteuid().is_root() {
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &tree.join("null"),
+            tree.join("null"),
             rustix::fs::FileType::CharacterDevice,
             rustix::fs::Mode::from_raw_mode(0o666),
             rustix::fs::makedev(1, 3),
