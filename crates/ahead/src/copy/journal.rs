@@ -25,9 +25,13 @@
 //! name), the destination directory and name, the temporary file's name,
 //! device and inode, and the source as it was (size, mtime, ctime, inode,
 //! device, block device or not) with the chunk size. Every further line is
-//! one finished chunk: its offset and the BLAKE3 of its bytes (`hole` for a
-//! chunk with no data), appended after the chunk's write returned, with one
-//! write(2). A resumed copy reads each listed chunk back from the temporary
+//! one finished chunk: its offset and the XXH3-64 of its bytes (`hole` for
+//! a chunk with no data), appended after the chunk's write returned, with
+//! one write(2). A fast checksum rather than a cryptographic one is enough:
+//! it guards against lost or stray writes to a file only the caller can
+//! write, listed in a journal only the caller can write (BLAKE3 here cost
+//! 0.45 s of CPU per 2 GiB copied, more than the rest of the copy). A
+//! resumed copy reads each listed chunk back from the temporary
 //! file and keeps only those whose checksum still matches; the others are
 //! copied again. A torn last line (a crash mid-append) is ignored.
 
@@ -248,15 +252,15 @@ impl Header {
 pub enum ChunkSum {
     /// No data: the chunk reads as zeroes.
     Hole,
-    /// BLAKE3 of the chunk's bytes.
-    Blake3([u8; 32]),
+    /// XXH3-64 of the chunk's bytes.
+    Xxh3(u64),
 }
 
 impl ChunkSum {
     fn text(&self) -> String {
         match self {
             ChunkSum::Hole => "hole".into(),
-            ChunkSum::Blake3(h) => hex(h),
+            ChunkSum::Xxh3(h) => format!("{h:016x}"),
         }
     }
 
@@ -264,7 +268,10 @@ impl ChunkSum {
         if s == "hole" {
             return Some(ChunkSum::Hole);
         }
-        unhex(s)?.try_into().ok().map(ChunkSum::Blake3)
+        (s.len() == 16)
+            .then(|| u64::from_str_radix(s, 16).ok())
+            .flatten()
+            .map(ChunkSum::Xxh3)
     }
 }
 
@@ -441,7 +448,7 @@ mod tests {
         let (_d, st) = state();
         let j = Journal::lock(&st, (7, 99), b"out").unwrap().unwrap();
         j.start(&header()).unwrap();
-        j.done(0, ChunkSum::Blake3([5; 32])).unwrap();
+        j.done(0, ChunkSum::Xxh3(0x0123_4567_89ab_cdef)).unwrap();
         j.done(3 << 20, ChunkSum::Hole).unwrap();
         // A crash in the middle of an append.
         j.append(&mut j.end.lock().unwrap(), b"52428").unwrap();
@@ -449,7 +456,10 @@ mod tests {
         assert_eq!(l.header, header());
         assert_eq!(
             l.done,
-            HashMap::from([(0, ChunkSum::Blake3([5; 32])), (3 << 20, ChunkSum::Hole)])
+            HashMap::from([
+                (0, ChunkSum::Xxh3(0x0123_4567_89ab_cdef)),
+                (3 << 20, ChunkSum::Hole)
+            ])
         );
     }
 

@@ -54,6 +54,7 @@ use rustix::fs::{AtFlags, OFlags};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
 use crate::io::AlignedBuf;
 use crate::{residency, sys, Error, Result};
@@ -1273,7 +1274,7 @@ fn copy_worker(
                 let holds = sh.readback.read_exact_at(b, task.offset).is_ok()
                     && match sum {
                         ChunkSum::Hole => is_zero(b),
-                        ChunkSum::Blake3(h) => blake3::hash(b).as_bytes() == h,
+                        ChunkSum::Xxh3(h) => xxh3_64(b) == *h,
                     };
                 if holds {
                     sh.resumed_bytes.fetch_add(task.len, Ordering::Relaxed);
@@ -1302,7 +1303,7 @@ fn copy_worker(
             let mut covered = 0;
             // What the journal will say the chunk holds: its bytes, with
             // zeroes for the source's holes.
-            let mut sum = sh.journal.map(|_| blake3::Hasher::new());
+            let mut sum = sh.journal.map(|_| Xxh3::new());
             let mut hashed_to = task.offset;
             for &(off, len) in &task.data {
                 covered += len;
@@ -1373,7 +1374,7 @@ fn copy_worker(
                     ChunkSum::Hole
                 } else {
                     hash_zeroes(&mut h, task.offset + task.len - hashed_to, &zeroes);
-                    ChunkSum::Blake3(*h.finalize().as_bytes())
+                    ChunkSum::Xxh3(h.digest())
                 };
                 j.done(task.offset, line)
                     .map_err(io_err("write", j.path(), None))?;
@@ -1386,7 +1387,7 @@ fn copy_worker(
 }
 
 /// Feeds `n` zero bytes to `h`.
-fn hash_zeroes(h: &mut blake3::Hasher, mut n: u64, zeroes: &[u8]) {
+fn hash_zeroes(h: &mut Xxh3, mut n: u64, zeroes: &[u8]) {
     while n > 0 {
         let k = n.min(zeroes.len() as u64);
         h.update(&zeroes[..k as usize]);
