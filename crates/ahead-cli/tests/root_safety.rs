@@ -19,6 +19,19 @@ use common::{
 
 const MIB: u64 = 1 << 20;
 
+/// Whether two files hold the same bytes (without printing them).
+fn same_file(a: &Path, b: &Path) {
+    let (x, y) = (fs::read(a).unwrap(), fs::read(b).unwrap());
+    assert!(
+        x == y,
+        "{} ({} bytes) and {} ({} bytes) differ",
+        a.display(),
+        x.len(),
+        b.display(),
+        y.len()
+    );
+}
+
 /// A scratch directory the other user can reach, with `shared/` in it that
 /// anyone may write (sticky, as /tmp is).
 fn arena() -> (tempfile::TempDir, PathBuf) {
@@ -89,7 +102,7 @@ fn links_planted_at_the_names_a_copy_makes_are_never_followed() {
     let m = fs::symlink_metadata(&dst).unwrap();
     assert!(m.is_file(), "the destination is still a link");
     assert_eq!(m.uid(), 0);
-    assert_eq!(fs::read(&dst).unwrap(), fs::read(&src).unwrap());
+    same_file(&dst, &src);
     // The other user's links are left as they were, pointing at the victim.
     for n in [".dst.bin.ahead-part", ".dst.bin.ahead-journal"] {
         assert_eq!(fs::read_link(shared.join(n)).unwrap(), victim);
@@ -111,7 +124,10 @@ fn a_temporary_file_planted_in_advance_is_not_reused() {
     ok_json(&ahead(&["copy", "--json", s(&secret), s(&out)]));
     let m = fs::metadata(&out).unwrap();
     assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600), "{:o}", m.mode());
-    assert_eq!(fs::read(&out).unwrap(), bytes);
+    assert!(
+        fs::read(&out).unwrap() == bytes,
+        "the copy is not the secret"
+    );
     assert_eq!(
         fs::read(shared.join(".out.img.ahead-part")).unwrap(),
         b"mine"
@@ -417,7 +433,7 @@ fn a_forged_journal_and_temporary_file_cannot_change_what_resume_copies() {
         s(&dst),
     ]));
     assert_eq!(v["resumed_bytes"], 0, "{v}");
-    assert_eq!(fs::read(&dst).unwrap(), fs::read(&src).unwrap());
+    same_file(&dst, &src);
 }
 
 #[test]
@@ -506,7 +522,7 @@ fn a_chunk_that_changed_in_the_temporary_file_is_copied_again_on_resume() {
     ));
     assert!(v["resume_rejected_chunks"].as_u64().unwrap() >= 1, "{v}");
     assert!(v["resumed_bytes"].as_u64().unwrap() >= 3 * MIB, "{v}");
-    assert_eq!(fs::read(&dst).unwrap(), fs::read(&src).unwrap());
+    same_file(&dst, &src);
 }
 
 #[test]
@@ -535,7 +551,7 @@ fn a_journal_is_bound_to_its_own_temporary_file() {
         ],
     ));
     assert_eq!(v["resumed_bytes"], 0, "{v}");
-    assert_eq!(fs::read(&dst).unwrap(), fs::read(&src).unwrap());
+    same_file(&dst, &src);
     // A file the copy did not make is not its to remove.
     assert!(part.exists());
 }
@@ -608,7 +624,7 @@ fn a_second_copy_to_the_same_destination_is_refused_while_the_first_runs() {
     assert!(stderr(&o).contains("another ahead copy"), "{}", stderr(&o));
     let o = first.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(fs::read(&dst).unwrap(), fs::read(&a).unwrap());
+    same_file(&dst, &a);
 }
 
 #[test]
@@ -739,6 +755,6 @@ fn names_that_are_not_utf8_are_kept_byte_for_byte() {
         stderr(&oa),
         stderr(&ob)
     );
-    assert_eq!(fs::read(&a).unwrap(), fs::read(&src).unwrap());
-    assert_eq!(fs::read(&b).unwrap(), fs::read(&src).unwrap());
+    same_file(&a, &src);
+    same_file(&b, &src);
 }
