@@ -21,13 +21,20 @@
 //!   (sync_file_range), and once eight more chunks have been written wait
 //!   for the old one and drop it. The last windows are drained at the end.
 //!
-//! Safety: a regular destination is written under a temporary name beside
-//! it (`.NAME.ahead-part`) and renamed into place only when complete (after
-//! fsync unless asked not to), so no interrupted copy leaves a destination
-//! that looks complete. A journal (`.NAME.ahead-journal`, see the `journal` module)
-//! lists finished chunks; [`CopyOptions::resume`] continues from it. An
-//! error removes the temporary file and the journal; a process killed
-//! mid-copy leaves both, for `--resume`.
+//! Safety: a regular destination is written under a new, unpredictable
+//! temporary name beside it (`.NAME.ahead-TOKEN.part`, made with
+//! O_CREAT|O_EXCL|O_NOFOLLOW in the open destination directory) and renamed
+//! onto NAME with renameat only when complete (after fsync unless asked
+//! not to), so no interrupted copy leaves a destination that looks
+//! complete, and no file or link another user planted is ever written
+//! through. The source is opened once and everything after works on that
+//! descriptor (see the `place` module for these rules). A journal in the
+//! caller's private state directory (see the `journal` module) lists
+//! finished chunks with their checksums and locks the destination against
+//! a second copy; [`CopyOptions::resume`] continues from it, keeping only
+//! chunks the temporary file still holds. An error removes the temporary
+//! file and the journal; a process killed mid-copy leaves both, for
+//! `--resume`.
 //!
 //! Speed: the source's data extents are found with SEEK_DATA/SEEK_HOLE;
 //! chunks (default: the device's largest request, 1–8 MiB) are copied by
