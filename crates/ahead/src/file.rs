@@ -156,7 +156,8 @@ impl Engine {
                     page as usize,
                     reserve as usize,
                     config.eviction,
-                ),
+                )
+                .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?,
                 backend,
                 next_id: AtomicU32::new(0),
                 max_ra_pages,

@@ -205,10 +205,15 @@ pub struct PageCache {
 impl PageCache {
     /// A cache of `frames` pages of `page` bytes, keeping `reserve` frames
     /// from readahead for demand reads.
-    pub fn new(frames: usize, page: usize, reserve: usize, eviction: EvictionKind) -> PageCache {
-        PageCache {
+    pub fn new(
+        frames: usize,
+        page: usize,
+        reserve: usize,
+        eviction: EvictionKind,
+    ) -> std::io::Result<PageCache> {
+        Ok(PageCache {
             page,
-            arena: Arena::new(frames, page),
+            arena: Arena::new(frames, page)?,
             pins: (0..frames).map(|_| AtomicU32::new(0)).collect(),
             reserve,
             inner: Mutex::new(Inner {
@@ -222,7 +227,7 @@ impl PageCache {
                 totals: Stats::default(),
             }),
             changed: Condvar::new(),
-        }
+        })
     }
 
     /// Page size in bytes.

@@ -105,7 +105,7 @@ fn reads_into_frames_fill_them_in_order() {
     let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
     let fd = file(dir.path(), "f", 1 << 20);
     for (name, read, _) in ways() {
-        let arena = Arena::new(8, 4096);
+        let arena = Arena::new(8, 4096).unwrap();
         let op = ReadOp {
             fd: fd.clone(),
             offset: 8192,

@@ -110,8 +110,14 @@ impl Drop for Pool {
     fn drop(&mut self) {
         self.shared.queue.lock().unwrap().shutdown = true;
         self.shared.work.notify_all();
+        let me = std::thread::current().id();
         for w in self.workers.drain(..) {
-            let _ = w.join();
+            // The last reference may die in a completion run by a worker:
+            // that worker cannot join itself; it returns once it sees the
+            // shutdown.
+            if w.thread().id() != me {
+                let _ = w.join();
+            }
         }
     }
 }

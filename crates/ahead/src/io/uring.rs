@@ -226,7 +226,14 @@ impl Drop for Uring {
     fn drop(&mut self) {
         self.shared.push(opcode::Nop::new().build().user_data(STOP));
         if let Some(r) = self.reaper.take() {
-            let _ = r.join();
+            // The last reference may die inside a completion, on the reaper
+            // itself (an engine dropped while its readahead is in flight):
+            // a thread cannot join itself. The reaper then stops on its own
+            // once the stop entry and the reads in flight have completed,
+            // holding the ring (`shared`) until then.
+            if r.thread().id() != std::thread::current().id() {
+                let _ = r.join();
+            }
         }
     }
 }
