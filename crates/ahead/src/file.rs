@@ -26,7 +26,7 @@ use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -97,7 +97,9 @@ struct Shared {
     config: EngineConfig,
     cache: PageCache,
     backend: Arc<dyn Backend>,
-    next_id: AtomicU32,
+    /// The next file's id: 64 bits never wrap (2^64 opens), so a live
+    /// file's id is never handed to another file.
+    next_id: AtomicU64,
     max_ra_pages: u64,
     max_io_pages: usize,
 }
@@ -159,7 +161,7 @@ impl Engine {
                 )
                 .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?,
                 backend,
-                next_id: AtomicU32::new(0),
+                next_id: AtomicU64::new(0),
                 max_ra_pages,
                 max_io_pages,
                 config,

@@ -48,7 +48,7 @@ pub use eviction::{Eviction, EvictionKind};
 const ORPHAN: u32 = 1 << 31;
 
 /// Identifies a file within one cache.
-pub type FileId = u32;
+pub type FileId = u64;
 
 /// Multiplicative hashing for page indexes: they are already well spread
 /// integers, and SipHash would be most of the cost of a cache hit.

@@ -21,7 +21,7 @@ pub mod pool;
 pub mod uring;
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 pub use buf::{AlignedBuf, Arena};
@@ -109,16 +109,29 @@ pub trait Backend: Send + Sync {
     fn submit(&self, op: ReadOp, done: Completion);
 }
 
-/// What to do after a read call returned `n` bytes, `done` bytes into an
-/// operation of `len`: `None` when finished (complete, or stopped at the end
-/// of the file), else the new `done` to continue from.
-fn continue_after(done: usize, n: usize, len: usize) -> Option<usize> {
+/// What to do after a read call on `fd` returned `n` bytes, `done` bytes
+/// into an operation of `len`: `None` when finished (complete, or at the
+/// end of the file), else the new `done` to continue from.
+///
+/// Only a read of 0 bytes is the end of the file — except on an O_DIRECT
+/// descriptor, where a read stops short of a sector boundary only at the
+/// end of the file (and a continuation at that unaligned offset would be
+/// refused). A buffered descriptor (the fallback on FUSE, NFS, tmpfs) may
+/// return short reads anywhere: they are continued, never taken for the
+/// end. Whether `fd` is O_DIRECT is asked only in that rare case.
+fn continue_after(done: usize, n: usize, len: usize, fd: BorrowedFd<'_>) -> Option<usize> {
     let total = done + n;
-    if n == 0 || total >= len || total % SECTOR != 0 {
+    if n == 0 || total >= len || (total % SECTOR != 0 && is_direct(fd)) {
         None
     } else {
         Some(total)
     }
+}
+
+/// Whether `fd` was opened with O_DIRECT (fcntl(2) F_GETFL; assumed so if
+/// the kernel will not say, which stops rather than risks a refused read).
+fn is_direct(fd: BorrowedFd<'_>) -> bool {
+    rustix::fs::fcntl_getfl(fd).map_or(true, |f| f.contains(rustix::fs::OFlags::DIRECT))
 }
 
 /// Reads `op` in the calling thread with preadv(2), with the backends'
@@ -145,7 +158,7 @@ pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
                 _ => return Err(err),
             }
         }
-        match continue_after(done, n as usize, op.len) {
+        match continue_after(done, n as usize, op.len, op.fd.as_fd()) {
             None => return Ok(done + n as usize),
             Some(d) => done = d,
         }
@@ -190,3 +203,32 @@ pub fn new_backend(kind: BackendKind, depth: usize) -> io::Result<Arc<dyn Backen
 
 #[cfg(test)]
 mod conformance;
+
+#[cfg(test)]
+mod short_reads {
+    use super::*;
+
+    #[test]
+    fn a_short_buffered_read_mid_file_is_continued_not_taken_for_the_end() {
+        let dir = tempfile::tempdir_in(crate::testdata::scratch_root()).unwrap();
+        let p = dir.path().join("f");
+        crate::testdata::write_file(&p, 64 << 10).unwrap();
+        let buffered = crate::sys::open_read(&p, false).unwrap();
+        let b = buffered.as_fd();
+        // FUSE or NFS may stop at any byte: go on from there.
+        assert_eq!(continue_after(0, 1000, 8192, b), Some(1000));
+        assert_eq!(continue_after(4096, 100, 8192, b), Some(4196));
+        // Only a read of nothing is the end; a complete read is complete.
+        assert_eq!(continue_after(1000, 0, 8192, b), None);
+        assert_eq!(continue_after(4096, 4096, 8192, b), None);
+        match crate::sys::open_read(&p, true) {
+            Ok(direct) => {
+                let d = direct.as_fd();
+                // O_DIRECT stops off a sector boundary only at the end.
+                assert_eq!(continue_after(0, 1000, 8192, d), None);
+                assert_eq!(continue_after(0, 4096, 8192, d), Some(4096));
+            }
+            Err(e) => eprintln!("SKIP O_DIRECT half: {e}"),
+        }
+    }
+}

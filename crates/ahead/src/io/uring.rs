@@ -10,7 +10,7 @@
 //! that, so the submission queue never overflows.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -160,7 +160,7 @@ fn reap(shared: &Shared) {
                     }
                 } else {
                     let n = res as usize;
-                    let next = continue_after(rec.progress, n, rec.op.len);
+                    let next = continue_after(rec.progress, n, rec.op.len, rec.op.fd.as_fd());
                     rec.progress = next.unwrap_or(rec.progress + n);
                     next
                 }
