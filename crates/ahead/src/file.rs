@@ -115,6 +115,42 @@ impl Engine {
     /// (the budget must hold two full readahead windows and the demand
     /// reserve) or the backend cannot be started.
     pub fn new(config: EngineConfig) -> Result<Engine> {
+        Engine::check(&config)?;
+        let backend = crate::io::new_backend(config.backend, config.depth)
+            .map_err(|e| Error::io("start I/O backend", Path::new(""), None, e))?;
+        Engine::with_backend(config, backend)
+    }
+
+    /// An engine whose reads go to `backend` (for example a
+    /// [`crate::io::fault::Fault`] around a real one) instead of the one
+    /// `config.backend` names.
+    pub fn with_backend(config: EngineConfig, backend: Arc<dyn Backend>) -> Result<Engine> {
+        let (max_ra_pages, frames) = Engine::check(&config)?;
+        let page = config.page_size;
+        let max_io_pages = (config.max_io / page).clamp(1, 1024) as usize;
+        // Demand reads keep one window's worth of frames for themselves.
+        let reserve = max_ra_pages;
+        Ok(Engine {
+            shared: Arc::new(Shared {
+                cache: PageCache::new(
+                    frames as usize,
+                    page as usize,
+                    reserve as usize,
+                    config.eviction,
+                )
+                .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?,
+                backend,
+                next_id: AtomicU64::new(0),
+                max_ra_pages,
+                max_io_pages,
+                config,
+            }),
+        })
+    }
+
+    /// Checks that the settings fit together; the largest window and the
+    /// budget, in pages.
+    fn check(config: &EngineConfig) -> Result<(u64, u64)> {
         let page = config.page_size;
         if !page.is_power_of_two() || page < 512 {
             return Err(Error::Config(format!(
@@ -122,11 +158,8 @@ impl Engine {
             )));
         }
         let max_ra_pages = (config.max_readahead / page).max(1);
-        let max_io_pages = (config.max_io / page).clamp(1, 1024) as usize;
         let frames = config.cache_bytes / page;
-        // Demand reads keep one window's worth of frames for themselves.
-        let reserve = max_ra_pages;
-        let needed = 2 * max_ra_pages + reserve;
+        let needed = 2 * max_ra_pages + max_ra_pages;
         if frames < needed {
             return Err(Error::Config(format!(
                 "cache budget {} is too small for a {} readahead window: it needs at least {}",
@@ -149,24 +182,14 @@ impl Engine {
                 )));
             }
         }
-        let backend = crate::io::new_backend(config.backend, config.depth)
-            .map_err(|e| Error::io("start I/O backend", Path::new(""), None, e))?;
-        Ok(Engine {
-            shared: Arc::new(Shared {
-                cache: PageCache::new(
-                    frames as usize,
-                    page as usize,
-                    reserve as usize,
-                    config.eviction,
-                )
-                .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?,
-                backend,
-                next_id: AtomicU64::new(0),
-                max_ra_pages,
-                max_io_pages,
-                config,
-            }),
-        })
+        Ok((max_ra_pages, frames))
+    }
+
+    /// Frames lent out or being copied from right now (pinned). Zero
+    /// whenever no read is running and no [`Pages`] is alive: a frame
+    /// pinned for good would be lost to the budget.
+    pub fn pinned_frames(&self) -> usize {
+        self.shared.cache.pinned()
     }
 
     /// The engine's settings.
@@ -463,7 +486,7 @@ impl File {
         }
         for plan in inline {
             let mut op = self.op_for(&plan, page);
-            let result = crate::io::read_blocking(&mut op);
+            let result = shared.backend.read_now(&mut op);
             shared.cache.complete(&plan, result);
         }
     }
@@ -507,6 +530,27 @@ impl File {
         runs
     }
 
+    /// Reads page `index` alone, on demand, in this thread (a page whose
+    /// last read failed: see `walk`). The demand run it planned.
+    fn retry_page(&self, index: u64) -> Vec<(u64, u64)> {
+        let plans = {
+            let mut g = self.inner.engine.cache.lock();
+            let file_pages = g.file(self.inner.id).size.div_ceil(self.page());
+            if index >= file_pages {
+                return Vec::new();
+            }
+            let mut planner = self.planner(&mut g, file_pages, Request::new(index, 1));
+            ra::PageTable::submit_demand(&mut planner, index, 1);
+            planner.plans
+        };
+        let runs = plans
+            .iter()
+            .map(|p| (p.first, p.frames.len() as u64))
+            .collect();
+        self.issue(plans, Issue::Inline);
+        runs
+    }
+
     /// Pins the pages of bytes `[offset, offset + len)` in order, waiting for
     /// reads, planning again what was evicted, and hands each run of pinned
     /// frames to `sink` (which must not keep them past its return unless it
@@ -529,6 +573,10 @@ impl File {
         let mut done = 0u64;
         let mut waited = false;
         let mut replans = 0u32;
+        // A failed page is read once more, alone, before its error is
+        // reported: the read that failed may have been a larger one that
+        // failed on another page (the kernel retries a page the same way).
+        let mut retried: Option<u64> = None;
         let mut g = shared.cache.lock();
         loop {
             let collected = cache::collect(
@@ -584,6 +632,12 @@ impl File {
                     }
                     let count = (end_page - at).min(self.inner.engine.max_ra_pages);
                     demand.extend(self.start_piece(at * page, count * page, Issue::Inline));
+                    g = shared.cache.lock();
+                }
+                Collected::Failed(at, _) if retried != Some(at) => {
+                    drop(g);
+                    retried = Some(at);
+                    demand.extend(self.retry_page(at));
                     g = shared.cache.lock();
                 }
                 Collected::Failed(at, errno) => {
@@ -675,36 +729,61 @@ impl File {
 
     /// Reads `len` bytes at `offset` without copying: the returned [`Pages`]
     /// lends the cache's pages (pinned, so they stay put) until dropped.
+    /// Fewer bytes only at the end of the file. `len` may be at most half
+    /// the cache's budget (the pages lent must leave frames for the reads
+    /// that fill the rest); more is an [`Error::Invalid`].
     pub fn read_pages(&self, offset: u64, len: usize) -> Result<Pages> {
         let page = self.page();
-        let len = self.piece_len(offset, len) as u64;
-        let demand = if len == 0 {
-            Vec::new()
-        } else {
-            self.start_piece(offset, len, Issue::Inline)
+        let budget = self.inner.engine.cache.frames() as u64 * page;
+        if len as u64 > budget / 2 {
+            return Err(Error::Invalid {
+                what: "read_pages",
+                why: format!(
+                    "{len} bytes is more than half the cache ({} bytes) can lend at once",
+                    budget
+                ),
+            });
+        }
+        // The pins are held by `lent` from the first run on: if a later
+        // page fails, dropping it releases them (they were once leaked,
+        // each taking a frame from the budget for good).
+        let mut lent = Pages {
+            engine: self.inner.engine.clone(),
+            pages: Vec::new(),
+            len: 0,
         };
-        let mut lent: Vec<(u32, usize, usize)> = Vec::new();
-        let n = self.walk(offset, len, demand, &mut |frames, done| {
-            let mut at = offset + done;
-            for &(f, valid) in frames {
-                let within = (at % page) as usize;
-                let take = (valid.saturating_sub(within) as u64).min(offset + len - at) as usize;
-                lent.push((f, within, take));
-                at += take as u64;
+        let len = len as u64;
+        let mut done = 0u64;
+        while done < len {
+            let at = offset.saturating_add(done);
+            let piece = self.piece_len(at, (len - done) as usize) as u64;
+            if piece == 0 {
+                break;
             }
-            true
-        })?;
+            let demand = self.start_piece(at, piece, Issue::Inline);
+            let n = self.walk(at, piece, demand, &mut |frames, from| {
+                let mut pos = at + from;
+                for &(f, valid) in frames {
+                    let within = (pos % page) as usize;
+                    let take = (valid.saturating_sub(within) as u64).min(at + piece - pos) as usize;
+                    lent.pages.push((f, within, take));
+                    pos += take as u64;
+                }
+                true
+            })?;
+            done += n;
+            if n < piece {
+                break;
+            }
+        }
+        lent.len = done as usize;
         let mut g = self.inner.engine.cache.lock();
         g.count(self.inner.id, |s| {
             s.requests += 1;
-            s.bytes += n;
+            s.bytes += done;
         });
         drop(g);
-        Ok(Pages {
-            engine: self.inner.engine.clone(),
-            pages: lent,
-            len: n as usize,
-        })
+        Ok(lent)
     }
 
     /// Reads at `offset` into `buf`, as a future that works under any

@@ -198,7 +198,10 @@ pub struct PageCache {
     /// Frames kept from readahead for demand reads.
     reserve: usize,
     inner: Mutex<Inner>,
-    /// Signalled when reads complete and when pins drop.
+    /// Signalled when reads complete and when the last pin of a closed
+    /// file's frame drops (which frees the frame). Other pin drops free
+    /// nothing at once, and signalling them would cost a system call per
+    /// read.
     changed: Condvar,
 }
 
@@ -248,8 +251,8 @@ impl PageCache {
         self.inner.lock().unwrap()
     }
 
-    /// Waits (releasing the lock) until a read completes or a pin drops, or
-    /// `timeout` passes.
+    /// Waits (releasing the lock) until a read completes or a frame is
+    /// freed by a pin's release, or `timeout` passes.
     pub(crate) fn wait<'a>(
         &self,
         guard: MutexGuard<'a, Inner>,
@@ -323,8 +326,17 @@ impl PageCache {
                 // The last pin of a frame whose file was closed: free it.
                 self.pins[f as usize].store(0, Ordering::Release);
                 self.lock().free.push(f);
+                self.changed.notify_all();
             }
         }
+    }
+
+    /// Frames pinned right now.
+    pub(crate) fn pinned(&self) -> usize {
+        self.pins
+            .iter()
+            .filter(|p| p.load(Ordering::Acquire) & !ORPHAN != 0)
+            .count()
     }
 
     /// The bytes of a pinned, up-to-date frame.
@@ -391,11 +403,21 @@ impl PageCache {
                 }
             }
             Err(e) => {
+                // A failed readahead leaves its pages absent: a reader that
+                // needs one reads it itself and sees its own result (the
+                // kernel's behaviour); no reader gets the error of a read it
+                // did not ask for. A failed demand read is reported to its
+                // readers (each retries its page alone once, see
+                // `File::walk`).
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
                 for (k, &frame) in plan.frames.iter().enumerate() {
                     if !fp.closed {
-                        fp.pages
-                            .insert(plan.first + k as u64, Slot::Failed { errno });
+                        let index = plan.first + k as u64;
+                        if plan.speculative {
+                            fp.pages.remove(&index);
+                        } else {
+                            fp.pages.insert(index, Slot::Failed { errno });
+                        }
                     }
                     release.push(frame);
                 }

@@ -10,6 +10,9 @@
 //! * [`pool::Pool`] — `preadv` on a bounded pool of threads, for kernels
 //!   without io_uring (or where it is disabled).
 //!
+//! [`fault::Fault`] wraps either to inject errors, short reads and delays in
+//! tests.
+//!
 //! Both have the same semantics, checked by one conformance suite: a read
 //! returns `Ok(n)` with `n == len` unless it reached the end of the file, in
 //! which case `n` is the number of bytes before the end; short reads that are
@@ -17,6 +20,7 @@
 //! retried, and any other error is returned as it is.
 
 pub mod buf;
+pub mod fault;
 pub mod pool;
 pub mod uring;
 
@@ -107,6 +111,12 @@ pub trait Backend: Send + Sync {
     /// Starts `op`. `done` runs on a backend thread when it completes. Blocks
     /// while `depth()` reads are already in flight.
     fn submit(&self, op: ReadOp, done: Completion);
+    /// Reads `op` in the calling thread, with the same semantics (demand
+    /// reads: the reader waits anyway). [`read_blocking`] unless a backend
+    /// has a reason to differ (the fault injector does).
+    fn read_now(&self, op: &mut ReadOp) -> io::Result<usize> {
+        read_blocking(op)
+    }
 }
 
 /// What to do after a read call on `fd` returned `n` bytes, `done` bytes
