@@ -1,4 +1,7 @@
 //! `ahead cat`: streams files to standard output through the engine.
+//! Streams — `-` (standard input), FIFOs, character devices, sockets —
+//! have no offsets for the engine to read ahead of: they are copied as cat
+//! copies them.
 
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
@@ -11,7 +14,7 @@ use crate::read::EngineArgs;
 /// Arguments of `ahead cat`.
 #[derive(Args, Debug)]
 pub struct CatArgs {
-    /// Files to print, in order.
+    /// Files to print, in order (`-`: standard input).
     #[arg(required = true)]
     files: Vec<PathBuf>,
     #[command(flatten)]
@@ -47,6 +50,20 @@ pub fn run(args: CatArgs) -> Result<bool> {
 }
 
 fn copy(engine: &ahead::Engine, path: &PathBuf, out: &mut impl Write) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    if path.as_os_str() == "-" {
+        return stream(&mut io::stdin().lock(), out);
+    }
+    let ft = std::fs::metadata(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?
+        .file_type();
+    if ft.is_fifo() || ft.is_char_device() || ft.is_socket() {
+        // Opening a FIFO waits for a writer, as cat's open does.
+        let mut f = std::fs::File::open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        return stream(&mut f, out)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+    }
     let file = engine.open(path)?;
     if !file.is_direct() {
         crate::read::warn_not_direct(path);
@@ -61,4 +78,9 @@ fn copy(engine: &ahead::Engine, path: &PathBuf, out: &mut impl Write) -> io::Res
         out.write_all(chunk)?;
         reader.consume(n);
     }
+}
+
+/// Copies a stream to its end.
+fn stream(from: &mut impl io::Read, out: &mut impl Write) -> io::Result<()> {
+    io::copy(from, out).map(|_| ())
 }

@@ -174,3 +174,35 @@ fn no_permission_and_tmpfs_are_reported_not_hidden() {
         );
     }
 }
+
+#[test]
+fn cat_streams_a_fifo_a_character_device_and_standard_input() {
+    use std::io::Write;
+    let dir = scratch();
+    let fifo = dir.path().join("fifo");
+    common::mkfifo(&fifo);
+    let want: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let writer = {
+        let (fifo, want) = (fifo.clone(), want.clone());
+        std::thread::spawn(move || std::fs::write(&fifo, &want).unwrap())
+    };
+    let o = ahead(&["cat", s(&fifo), "/dev/null"]);
+    writer.join().unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(o.stdout == want, "the FIFO's bytes differ");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["cat", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Written from another thread: the child's output fills its pipe
+    // while its input is still being written.
+    let mut stdin = child.stdin.take().unwrap();
+    let input = want.clone();
+    let feeder = std::thread::spawn(move || stdin.write_all(&input).unwrap());
+    let o = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(o.status.success());
+    assert!(o.stdout == want, "standard input's bytes differ");
+}
