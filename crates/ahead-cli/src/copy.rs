@@ -327,11 +327,16 @@ pub fn run(args: CopyArgs) -> Result<ExitCode> {
 /// Prints a library error as one line and picks the exit status.
 fn fail(e: ahead::Error) -> ExitCode {
     eprintln!("ahead: {e}");
-    ExitCode::from(match e {
+    ExitCode::from(exit_status(&e))
+}
+
+/// The exit status of a copy that failed with `e`.
+fn exit_status(e: &ahead::Error) -> u8 {
+    match e {
         ahead::Error::Mismatch { .. } => EXIT_MISMATCH,
         ahead::Error::Refused { .. } => EXIT_REFUSED,
         _ => 1,
-    })
+    }
 }
 
 fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
@@ -391,4 +396,31 @@ fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
     use std::io::Write as _;
     let _ = std::io::stdout().write_all(out.as_bytes());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_verification_and_a_refusal_have_their_own_exit_status() {
+        let mismatch = ahead::Error::Mismatch {
+            path: "d".into(),
+            src: "blake3:a".into(),
+            dst: "blake3:b".into(),
+        };
+        assert_eq!(exit_status(&mismatch), 3);
+        let refused = ahead::Error::Refused {
+            path: "d".into(),
+            why: "same file".into(),
+        };
+        assert_eq!(exit_status(&refused), 4);
+        let io = ahead::Error::io(
+            "read",
+            std::path::Path::new("s"),
+            None,
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        assert_eq!(exit_status(&io), 1);
+    }
 }

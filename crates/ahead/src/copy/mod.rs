@@ -110,6 +110,9 @@ pub struct CopyOptions {
     /// caller owns the source) and times, as `cp -p`; otherwise the copy
     /// gets the source's permission bits less the umask, as cp gives.
     pub preserve: bool,
+    /// Fault injection for the crate's own tests of `verify`.
+    #[cfg(test)]
+    pub(crate) corrupt_write_at: Option<u64>,
 }
 
 impl Default for CopyOptions {
@@ -127,6 +130,8 @@ impl Default for CopyOptions {
             direct: true,
             bwlimit: None,
             preserve: false,
+            #[cfg(test)]
+            corrupt_write_at: None,
         }
     }
 }
@@ -581,8 +586,11 @@ struct DstWriter<'a> {
     direct: Option<(File, usize)>,
     direct_ok: AtomicBool,
     used: Used,
-    /// Fault injection for tests of `--verify`: flip the byte at this
-    /// destination offset as it is written (`AHEAD_FAULT_CORRUPT_WRITE_AT`).
+    /// Tests of `--verify` only: flip the byte at this destination offset
+    /// as it is written (see [`CopyOptions`]'s test field). Nothing outside
+    /// the crate's own tests can set it: a library must not let an
+    /// environment variable corrupt a program's copies.
+    #[cfg(test)]
     corrupt_at: Option<u64>,
 }
 
@@ -601,9 +609,8 @@ impl<'a> DstWriter<'a> {
             direct_ok: AtomicBool::new(direct.is_some()),
             direct,
             used: Used::default(),
-            corrupt_at: std::env::var("AHEAD_FAULT_CORRUPT_WRITE_AT")
-                .ok()
-                .and_then(|v| v.parse().ok()),
+            #[cfg(test)]
+            corrupt_at: opts.corrupt_write_at,
         }
     }
 
@@ -613,6 +620,7 @@ impl<'a> DstWriter<'a> {
         offset: u64,
         windows: &mut VecDeque<(u64, u64)>,
     ) -> Result<()> {
+        #[cfg(test)]
         if let Some(at) = self.corrupt_at {
             if (offset..offset + buf.len() as u64).contains(&at) {
                 let mut bad = buf.to_vec();
@@ -1593,6 +1601,38 @@ mod tests {
         assert!(t.iter().all(|t| t.data.is_empty()));
         assert_eq!(t.len(), 2);
         assert!(plan(0, 4, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_corrupted_write_fails_verification_and_no_destination_appears() {
+        let dir = tempfile::tempdir_in(crate::testdata::scratch_root()).unwrap();
+        let src = dir.path().join("src");
+        crate::testdata::write_file(&src, 3 * (1 << 20) + 7).unwrap();
+        let dst = dir.path().join("dst");
+        let corrupt = CopyOptions {
+            verify: true,
+            corrupt_write_at: Some(1_234_567),
+            ..CopyOptions::default()
+        };
+        match copy(&src, &dst, &corrupt, &|_| {}) {
+            Err(Error::Mismatch { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        assert!(!dst.exists(), "a destination that does not match appeared");
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".ahead-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        // Without verification the same fault goes unseen: that is what
+        // `verify` is for.
+        let unverified = CopyOptions {
+            verify: false,
+            ..corrupt
+        };
+        copy(&src, &dst, &unverified, &|_| {}).unwrap();
+        assert_ne!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
     }
 
     #[test]
