@@ -498,10 +498,7 @@ impl File {
             fd: self.inner.fd.clone(),
             offset: plan.first * page,
             len,
-            buf: IoBuf::Frames {
-                arena: shared.cache.arena().clone(),
-                frames: plan.frames.clone(),
-            },
+            buf: IoBuf::Frames(crate::io::FrameBuf::new(shared.cache.arena().clone(), plan.frames.clone())),
         }
     }
 

@@ -70,7 +70,7 @@ fn owned(fd: &Arc<OwnedFd>, offset: u64, len: usize) -> ReadOp {
 fn bytes(op: &ReadOp, n: usize) -> Vec<u8> {
     match &op.buf {
         IoBuf::Owned(b) => b.as_slice()[..n].to_vec(),
-        IoBuf::Frames { arena, frames } => {
+        IoBuf::Frames(FrameBuf { arena, frames }) => {
             let mut v = Vec::new();
             for &f in frames {
                 // SAFETY: the read is complete and nothing else uses the arena.
@@ -110,10 +110,7 @@ fn reads_into_frames_fill_them_in_order() {
             fd: fd.clone(),
             offset: 8192,
             len: 5 * 4096,
-            buf: IoBuf::Frames {
-                arena: arena.clone(),
-                frames: vec![6, 1, 3, 0, 7],
-            },
+            buf: IoBuf::Frames(FrameBuf::new(arena.clone(), vec![6, 1, 3, 0, 7])),
         };
         let (op, r) = read(op);
         assert_eq!(r.unwrap(), 5 * 4096, "{name}");

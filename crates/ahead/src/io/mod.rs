@@ -38,13 +38,32 @@ const SECTOR: usize = 512;
 pub enum IoBuf {
     /// One aligned buffer.
     Owned(AlignedBuf),
-    /// Frames of the cache's arena, filled in order.
-    Frames {
-        /// The arena the frames belong to (kept alive by the read).
-        arena: Arc<Arena>,
-        /// The frames, one page each.
-        frames: Vec<u32>,
-    },
+    /// Frames of the cache's arena, filled in order. Only the crate can
+    /// make one: which frame the kernel may write is the cache's page state
+    /// machine's decision, and no safe code outside it may aim a read at a
+    /// frame.
+    Frames(FrameBuf),
+}
+
+/// Frames of an arena that one read fills (see [`IoBuf::Frames`]).
+pub struct FrameBuf {
+    /// The arena the frames belong to (kept alive by the read).
+    arena: Arc<Arena>,
+    /// The frames, one page each.
+    frames: Vec<u32>,
+}
+
+impl FrameBuf {
+    /// Frames `frames` of `arena`: the caller owns their contents until the
+    /// read completes (a frame being read is not pinned, lent or read).
+    pub(crate) fn new(arena: Arc<Arena>, frames: Vec<u32>) -> FrameBuf {
+        FrameBuf { arena, frames }
+    }
+
+    /// The frames, in the order they are filled.
+    pub fn frames(&self) -> &[u32] {
+        &self.frames
+    }
 }
 
 impl IoBuf {
@@ -52,7 +71,7 @@ impl IoBuf {
     pub fn capacity(&self) -> usize {
         match self {
             IoBuf::Owned(b) => b.len(),
-            IoBuf::Frames { arena, frames } => arena.frame_size() * frames.len(),
+            IoBuf::Frames(f) => f.arena.frame_size() * f.frames.len(),
         }
     }
 
@@ -65,7 +84,7 @@ impl IoBuf {
                 iov_base: unsafe { b.as_mut_ptr().add(skip) }.cast(),
                 iov_len: end - skip,
             }],
-            IoBuf::Frames { arena, frames } => {
+            IoBuf::Frames(FrameBuf { arena, frames }) => {
                 let fs = arena.frame_size();
                 let mut v = Vec::with_capacity(frames.len());
                 let mut at = skip;
