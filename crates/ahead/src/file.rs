@@ -376,18 +376,13 @@ impl File {
             self.prefetch(&[(offset, len)]);
             return;
         }
-        let mut a = self.inner.advice.lock().unwrap();
-        a.retain(|&(o, l, _)| o + l <= offset || o >= offset + len);
-        if advice != Advice::Normal {
-            a.push((offset, len, advice));
-        }
+        let mut a = self.inner.advice.lock().unwrap_or_else(|p| p.into_inner());
+        set_advice(&mut a, offset, len, advice);
     }
 
     fn advice_at(&self, offset: u64) -> Advice {
-        let a = self.inner.advice.lock().unwrap();
-        a.iter()
-            .find(|&&(o, l, _)| offset >= o && offset < o + l)
-            .map_or(Advice::Normal, |&(_, _, adv)| adv)
+        let a = self.inner.advice.lock().unwrap_or_else(|p| p.into_inner());
+        advice_at(&a, offset)
     }
 
     /// Starts reading the byte ranges `(offset, len)` into the cache, as
@@ -498,16 +493,23 @@ impl File {
             fd: self.inner.fd.clone(),
             offset: plan.first * page,
             len,
-            buf: IoBuf::Frames(crate::io::FrameBuf::new(shared.cache.arena().clone(), plan.frames.clone())),
+            buf: IoBuf::Frames(crate::io::FrameBuf::new(
+                shared.cache.arena().clone(),
+                plan.frames.clone(),
+            )),
         }
     }
 
     /// How much of `len` bytes at `offset` one piece serves: at most one
     /// readahead window, ending on a page boundary.
+    /// Clipped so that `offset + len` stays a page short of `u64::MAX`: no
+    /// page arithmetic overflows on offsets near it (they are past any
+    /// file's end, where reads return 0).
     fn piece_len(&self, offset: u64, len: usize) -> usize {
         let page = self.page();
         let max = self.inner.engine.max_ra_pages * page - offset % page;
-        (len as u64).min(max) as usize
+        let room = (u64::MAX - page).saturating_sub(offset);
+        (len as u64).min(max).min(room) as usize
     }
 
     /// Plans and issues the pages of bytes `[offset, offset + len)` (one
@@ -656,6 +658,9 @@ impl File {
         while done < buf.len() {
             let at = offset + done as u64;
             let len = self.piece_len(at, buf.len() - done);
+            if len == 0 {
+                break; // past any end of file
+            }
             let n = self.read_piece(&mut buf[done..done + len], at, Issue::Inline, None)?;
             done += n;
             if n < len {
@@ -794,6 +799,38 @@ impl File {
             demand: None,
         }
     }
+}
+
+/// Sets `advice` on `[offset, offset + len)` in a list of advised ranges:
+/// the parts of earlier ranges outside it keep their advice (a narrower
+/// advice once erased a wider one whole).
+fn set_advice(list: &mut Vec<(u64, u64, Advice)>, offset: u64, len: u64, advice: Advice) {
+    let end = offset.saturating_add(len);
+    let mut kept = Vec::with_capacity(list.len() + 2);
+    for &(o, l, adv) in list.iter() {
+        let e = o.saturating_add(l);
+        if e <= offset || o >= end {
+            kept.push((o, l, adv));
+            continue;
+        }
+        if o < offset {
+            kept.push((o, offset - o, adv));
+        }
+        if e > end {
+            kept.push((end, e - end, adv));
+        }
+    }
+    if advice != Advice::Normal && len > 0 {
+        kept.push((offset, end - offset, advice));
+    }
+    *list = kept;
+}
+
+/// The advice in force at `offset`.
+fn advice_at(list: &[(u64, u64, Advice)], offset: u64) -> Advice {
+    list.iter()
+        .find(|&&(o, l, _)| offset >= o && offset < o.saturating_add(l))
+        .map_or(Advice::Normal, |&(_, _, adv)| adv)
 }
 
 fn copy_out(
@@ -980,5 +1017,30 @@ impl Seek for Reader {
         self.buf_len = 0;
         self.pos = new;
         Ok(new)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_narrower_advice_keeps_the_rest_of_a_wider_one() {
+        let mut a = Vec::new();
+        set_advice(&mut a, 0, 1 << 20, Advice::Sequential);
+        set_advice(&mut a, 256 << 10, 4096, Advice::Random);
+        assert_eq!(advice_at(&a, 0), Advice::Sequential);
+        assert_eq!(advice_at(&a, (256 << 10) - 1), Advice::Sequential);
+        assert_eq!(advice_at(&a, 256 << 10), Advice::Random);
+        assert_eq!(advice_at(&a, (256 << 10) + 4096), Advice::Sequential);
+        assert_eq!(advice_at(&a, (1 << 20) - 1), Advice::Sequential);
+        assert_eq!(advice_at(&a, 1 << 20), Advice::Normal);
+        // Normal clears only its own range.
+        set_advice(&mut a, 0, 4096, Advice::Normal);
+        assert_eq!(advice_at(&a, 0), Advice::Normal);
+        assert_eq!(advice_at(&a, 4096), Advice::Sequential);
+        // Ranges reaching u64::MAX do not overflow.
+        set_advice(&mut a, u64::MAX - 10, 100, Advice::Reverse);
+        assert_eq!(advice_at(&a, u64::MAX - 1), Advice::Reverse);
     }
 }

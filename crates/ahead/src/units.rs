@@ -44,7 +44,7 @@ impl PageSize {
             return (self.index_of(offset), 0);
         }
         let first = offset / self.0;
-        let last = (offset + len - 1) / self.0;
+        let last = offset.saturating_add(len - 1) / self.0;
         (first, last - first + 1)
     }
 

@@ -393,3 +393,33 @@ fn block_on<F: std::future::Future>(fut: F) -> F::Output {
         std::thread::park();
     }
 }
+
+#[test]
+fn offsets_near_u64_max_are_the_end_of_the_file_not_an_overflow() {
+    let dir = scratch();
+    let path = gen(dir.path(), "f", 1 << 20);
+    for (name, engine) in engines() {
+        let file = engine.open(&path).unwrap();
+        let mut buf = vec![0u8; 8192];
+        for off in [
+            u64::MAX,
+            u64::MAX - 1,
+            u64::MAX - 4096,
+            1 << 63,
+            (1 << 20) + 1,
+        ] {
+            assert_eq!(file.read_at(&mut buf, off).unwrap(), 0, "{name} {off}");
+            assert!(
+                file.read_pages(off, 8192).unwrap().is_empty(),
+                "{name} {off}"
+            );
+            let r = file.read_many(&mut [(off, &mut buf[..])]);
+            assert_eq!(*r[0].as_ref().unwrap(), 0, "{name} {off}");
+            file.prefetch(&[(off, u64::MAX)]);
+            file.advise(off, u64::MAX, Advice::Sequential);
+        }
+        // And the file still reads.
+        let n = file.read_at(&mut buf, 4096).unwrap();
+        assert_eq!(testdata::first_mismatch(&buf[..n], 4096), None, "{name}");
+    }
+}
