@@ -207,3 +207,34 @@ fn more_reads_than_depth_all_complete() {
         assert_eq!(seen, count, "{name}");
     }
 }
+
+#[test]
+fn a_panicking_completion_does_not_stop_the_backend() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let fd = file(dir.path(), "f", 1 << 20);
+    for (name, _, backend) in ways() {
+        let Some(b) = backend else { continue };
+        // More panics than the backend's depth: each must free its slot.
+        // Submitted from another thread: a dead backend blocks `submit`,
+        // and the timeout below must still fire.
+        let (tx, rx) = mpsc::channel();
+        let fd2 = fd.clone();
+        std::thread::spawn(move || {
+            for k in 0..(b.depth() as u64 * 2 + 1) {
+                b.submit(
+                    owned(&fd2, k * 4096, 4096),
+                    Box::new(|_, _| panic!("a completion that panics (expected in this test)")),
+                );
+            }
+            b.submit(
+                owned(&fd2, 8192, 4096),
+                Box::new(move |op, r| tx.send((op, r)).unwrap()),
+            );
+        });
+        let (op, r) = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{name}: no completion after panicking ones"));
+        assert_eq!(r.unwrap(), 4096, "{name}");
+        assert_eq!(testdata::first_mismatch(&bytes(&op, 4096), 8192), None);
+    }
+}

@@ -138,6 +138,14 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// Runs a read's completion on a backend thread without letting a panic in
+/// it unwind into that thread: a backend whose completion thread died would
+/// leave every later read waiting forever. The panic has been reported by
+/// the panic hook; the backend goes on with its other reads.
+fn run_completion(done: Completion, op: ReadOp, result: io::Result<usize>) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| done(op, result)));
+}
+
 /// What to do after a read call on `fd` returned `n` bytes, `done` bytes
 /// into an operation of `len`: `None` when finished (complete, or at the
 /// end of the file), else the new `done` to continue from.

@@ -77,7 +77,7 @@ fn worker(shared: &Shared) {
             }
         };
         let result = super::read_blocking(&mut op);
-        done(op, result);
+        super::run_completion(done, op, result);
         let mut q = shared.queue.lock().unwrap();
         q.in_flight -= 1;
         drop(q);

@@ -16,10 +16,15 @@ use std::thread::JoinHandle;
 
 use io_uring::{opcode, types, IoUring};
 
-use super::{continue_after, Backend, Completion, ReadOp};
+use super::{continue_after, run_completion, Backend, Completion, ReadOp};
 
 /// `user_data` of the no-op that tells the completion thread to stop.
 const STOP: u64 = u64::MAX;
+
+/// Attempts at entering the kernel with a new entry while it answers
+/// EINTR/EAGAIN/EBUSY (100 µs apart: 10 ms in all, ample for the reaper to
+/// drain a full completion queue).
+const SUBMIT_TRIES: usize = 100;
 
 /// The iovecs of one in-flight read. They hold raw pointers into the
 /// operation's own buffer, which travels with them.
@@ -109,9 +114,24 @@ impl Shared {
         sq.sync();
         drop(sq);
         drop(guard);
-        // An error here (EBUSY/EINTR) leaves the entry queued; the reaper's
-        // next wait submits it.
-        let _ = self.ring.submit();
+        // EINTR, EAGAIN (no memory for the request now) and EBUSY (the
+        // completion queue is full until the reaper drains it) pass: try
+        // again. The entry stays queued whatever happens, and the reaper's
+        // every wait submits what is queued, so a read whose submission
+        // keeps failing is still submitted once a completion arrives.
+        for _ in 0..SUBMIT_TRIES {
+            match self.ring.submit() {
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                    ) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+                _ => break,
+            }
+        }
     }
 
     /// Finishes slot `id`: frees it and returns its operation.
@@ -183,7 +203,7 @@ fn reap(shared: &Shared) {
                     } else {
                         Ok(rec.progress)
                     };
-                    (rec.done)(rec.op, result);
+                    run_completion(rec.done, rec.op, result);
                 }
             }
         }
