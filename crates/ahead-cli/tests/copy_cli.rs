@@ -486,25 +486,6 @@ fn a_source_truncated_mid_copy_fails_and_leaves_no_destination() {
     );
 }
 
-/// A loop device over a scratch file, detached when dropped.
-struct Loop(String);
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
-fn loop_device(backing: &Path) -> Option<Loop> {
-    let o = Command::new("losetup")
-        .args(["-f", "--show", s(backing)])
-        .output()
-        .ok()?;
-    o.status
-        .success()
-        .then(|| Loop(String::from_utf8_lossy(&o.stdout).trim().to_string()))
-}
-
 #[test]
 fn block_devices_are_written_in_place_and_refused_while_mounted() {
     let dir = scratch();
@@ -515,8 +496,7 @@ fn block_devices_are_written_in_place_and_refused_while_mounted() {
         .unwrap();
     // Garbage on the "disk" that the copy's zero runs must overwrite.
     fs::write(&backing, vec![0xAAu8; 32 * MIB as usize]).unwrap();
-    let Some(dev) = loop_device(&backing) else {
-        eprintln!("SKIP block_devices_are_written_in_place...: no loop devices here (needs root and losetup)");
+    let Some(dev) = common::loop_device("block_devices_are_written_in_place", &backing) else {
         return;
     };
     let src = dir.path().join("src");

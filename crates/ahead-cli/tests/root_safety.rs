@@ -563,7 +563,8 @@ fn a_block_device_source_is_resumed_only_with_verify() {
     // /dev/null is a stream; a block device needs root and a loop device:
     // the refusal is checked through the library's own rule below.
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
-    let Some(loopdev) = loop_of(dir.path()) else {
+    let backing = gen(dir.path(), "backing", 2 * MIB);
+    let Some(loopdev) = common::loop_device("block device resume", &backing) else {
         return;
     };
     let o = ahead(&["copy", "--resume", &loopdev.0, s(&dir.path().join("y"))]);
@@ -577,27 +578,6 @@ fn a_block_device_source_is_resumed_only_with_verify() {
         &loopdev.0,
         s(&dir.path().join("y")),
     ]));
-}
-
-struct Loop(String);
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
-
-fn loop_of(dir: &Path) -> Option<Loop> {
-    let backing = gen(dir, "backing", 2 * MIB);
-    let o = Command::new("losetup")
-        .args(["-f", "--show", s(&backing)])
-        .output()
-        .ok()?;
-    if !o.status.success() {
-        eprintln!("SKIP loop device half: {}", stderr(&o).trim());
-        return None;
-    }
-    Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string()))
 }
 
 #[test]

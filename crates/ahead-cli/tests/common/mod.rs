@@ -63,12 +63,7 @@ pub fn mkfifo(path: &Path) {
 /// `None`, after a SKIP line naming `test`, where that cannot be done here
 /// (not root, no setpriv, or nobody cannot run the test binary).
 pub fn as_nobody(test: &str, args: &[&str]) -> Option<Output> {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIP {test}: needs root to run a command as another user");
-        return None;
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIP {test}: setpriv is not installed");
+    if !can_act_as_nobody(test) {
         return None;
     }
     let o = Command::new("setpriv")
@@ -123,12 +118,7 @@ pub fn ahead_with_state(state: &Path, args: &[&str]) -> Output {
 /// user of the attack tests. `None`, after a SKIP line naming `test`, where
 /// that cannot be done here.
 pub fn nobody_sh(test: &str, script: &str) -> Option<Command> {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIP {test}: needs root to act as another user");
-        return None;
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        eprintln!("SKIP {test}: setpriv is not installed");
+    if !can_act_as_nobody(test) {
         return None;
     }
     let mut c = Command::new("setpriv");
@@ -141,4 +131,47 @@ pub fn nobody_sh(test: &str, script: &str) -> Option<Command> {
         script,
     ]);
     Some(c)
+}
+
+/// Whether this process can run commands as user 65534 (root, with
+/// setpriv); prints a SKIP line naming `test` when not.
+fn can_act_as_nobody(test: &str) -> bool {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP {test}: needs root to act as another user");
+        return false;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("SKIP {test}: setpriv is not installed");
+        return false;
+    }
+    true
+}
+
+/// A loop device over a file, detached when dropped.
+pub struct Loop(pub String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+/// A loop device over `backing`; `None`, after a SKIP line naming `test`,
+/// where losetup cannot make one here.
+pub fn loop_device(test: &str, backing: &Path) -> Option<Loop> {
+    let o = match Command::new("losetup")
+        .args(["-f", "--show", s(backing)])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIP {test}: losetup: {e}");
+            return None;
+        }
+    };
+    if !o.status.success() {
+        eprintln!("SKIP {test}: {}", stderr(&o).trim());
+        return None;
+    }
+    Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string()))
 }
