@@ -255,15 +255,10 @@ impl Engine {
                 }
             }
         }
-        let size = if ft.is_block_device() {
-            use std::io::Seek;
-            let mut f = std::fs::File::from(fd.try_clone().map_err(|e| err("open", e))?);
-            f.seek(SeekFrom::End(0)).map_err(|e| err("size", e))?
-        } else {
-            meta.len()
-        };
+        // The file as it is now, from the descriptor that will be read.
+        let stamp = Stamp::of(&fd).map_err(|e| err("stat", e))?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shared.cache.open_file(id, size);
+        self.shared.cache.open_file(id, stamp.size);
         let ra = RaConfig::with_max_pages(self.shared.max_ra_pages);
         Ok(File {
             inner: Arc::new(FileInner {
@@ -274,9 +269,50 @@ impl Engine {
                 direct,
                 policy: Mutex::new(ra::new_policy(self.shared.config.policy, ra)),
                 advice: Mutex::new(Vec::new()),
+                stamp: Mutex::new(stamp),
             }),
         })
     }
+}
+
+/// What says a file changed: its size and its modification and change
+/// times (a writer cannot set the change time back).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Stamp {
+    fn of(fd: &OwnedFd) -> io::Result<Stamp> {
+        let st = rustix::fs::fstat(fd)?;
+        let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+        let size = if rustix::fs::FileType::from_raw_mode(st.st_mode)
+            == rustix::fs::FileType::BlockDevice
+        {
+            rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))?
+        } else {
+            st.st_size as u64
+        };
+        #[allow(clippy::unnecessary_cast)] // the fields' widths vary by architecture
+        Ok(Stamp {
+            size,
+            mtime_ns: ns(st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime_ns: ns(st.st_ctime as i64, st.st_ctime_nsec as i64),
+        })
+    }
+}
+
+/// What [`File::refresh`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refreshed {
+    /// Whether the file changed since it was opened (or last refreshed).
+    pub changed: bool,
+    /// Its size now.
+    pub size: u64,
+    /// Cached pages dropped because it changed.
+    pub dropped_pages: u64,
 }
 
 /// How a range of a file will be read, for [`File::advise`].
@@ -302,6 +338,8 @@ struct FileInner {
     direct: bool,
     policy: Mutex<Box<dyn Policy>>,
     advice: Mutex<Vec<(u64, u64, Advice)>>,
+    /// The file as it was when opened or last refreshed.
+    stamp: Mutex<Stamp>,
 }
 
 impl Drop for FileInner {
@@ -343,6 +381,31 @@ impl File {
     /// Whether the file is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Looks at the file again. If it changed since it was opened or last
+    /// refreshed (its size, modification or change time), every cached
+    /// page is dropped, reads in flight fill nothing, and the new size is
+    /// taken: the next reads see the file as it is. Unchanged, nothing is
+    /// dropped. See the crate docs for the coherence contract.
+    pub fn refresh(&self) -> Result<Refreshed> {
+        let now =
+            Stamp::of(&self.inner.fd).map_err(|e| Error::io("stat", &self.inner.path, None, e))?;
+        let mut stamp = self.inner.stamp.lock().unwrap_or_else(|p| p.into_inner());
+        if *stamp == now {
+            return Ok(Refreshed {
+                changed: false,
+                size: self.len(),
+                dropped_pages: 0,
+            });
+        }
+        *stamp = now;
+        let dropped_pages = self.inner.engine.cache.drop_pages(self.inner.id, now.size);
+        Ok(Refreshed {
+            changed: true,
+            size: now.size,
+            dropped_pages,
+        })
     }
 
     /// This file's counters.

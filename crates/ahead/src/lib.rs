@@ -44,6 +44,20 @@
 //! # Ok::<(), ahead::Error>(())
 //! ```
 //!
+//! ## Coherence: files that change under the engine
+//!
+//! Direct mode keeps its own cache, which the kernel does not keep coherent
+//! with other writers. The contract:
+//! * a cached page is the file as it was when that page was read;
+//! * a read that reaches the device sees the file as it is, and past the
+//!   file's end gets the end of the file (a file that shrank is never
+//!   padded);
+//! * [`File::refresh`] looks at the file again: if its size, modification
+//!   or change time differ, every cached page of it is dropped and reads in
+//!   flight fill nothing, so the next reads see the file as it is;
+//! * so a program that writes a file outside the engine (or knows another
+//!   does) calls `refresh()` after the writes, or opens the file again.
+//!
 //! More in `examples/`: `stream` (a file through [`File::reader`]),
 //! `random_depth` (64 KiB random reads at depth 64 through
 //! [`File::read_many`]) and `tokio` (tasks awaiting [`File::read_at_async`]).
@@ -82,4 +96,4 @@ pub mod testdata;
 pub mod units;
 
 pub use error::{Error, Result};
-pub use file::{Advice, Engine, EngineConfig, File, Pages, ReadAt, Reader};
+pub use file::{Advice, Engine, EngineConfig, File, Pages, ReadAt, Reader, Refreshed};

@@ -423,3 +423,59 @@ fn offsets_near_u64_max_are_the_end_of_the_file_not_an_overflow() {
         assert_eq!(testdata::first_mismatch(&buf[..n], 4096), None, "{name}");
     }
 }
+
+#[test]
+fn a_file_changed_outside_the_engine_reads_as_it_is_after_refresh() {
+    let dir = scratch();
+    let path = gen(dir.path(), "f", 1 << 20);
+    // The same size, other bytes: what `testdata` makes at offset + 7.
+    let other = |len: usize| {
+        let mut v = vec![0u8; len];
+        testdata::fill(&mut v, 7);
+        v
+    };
+    for (name, engine) in engines() {
+        testdata::write_file(&path, 1 << 20).unwrap();
+        let file = engine.open(&path).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        assert_eq!(file.read_at(&mut buf, 0).unwrap(), 1 << 20);
+        assert!(!file.refresh().unwrap().changed, "{name}");
+        assert!(
+            buf != other(1 << 20),
+            "the new bytes must differ from the old"
+        );
+
+        std::fs::write(&path, other(1 << 20)).unwrap();
+        let r = file.refresh().unwrap();
+        assert!(r.changed && r.dropped_pages > 0, "{name}: {r:?}");
+        assert_eq!(file.read_at(&mut buf, 0).unwrap(), 1 << 20);
+        assert!(buf == other(1 << 20), "{name}: stale pages after refresh");
+
+        // Shrunk: the new end, and nothing past it.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(100_000)
+            .unwrap();
+        let r = file.refresh().unwrap();
+        assert_eq!((r.changed, r.size), (true, 100_000), "{name}");
+        assert_eq!(file.len(), 100_000);
+        assert_eq!(file.read_at(&mut buf, 0).unwrap(), 100_000, "{name}");
+        assert!(buf[..100_000] == other(100_000)[..], "{name}");
+        assert_eq!(file.read_at(&mut buf, 200_000).unwrap(), 0, "{name}");
+
+        // Grown again: the new bytes are read.
+        std::fs::write(&path, other(3 << 20)).unwrap();
+        assert_eq!(file.refresh().unwrap().size, 3 << 20, "{name}");
+        let mut big = vec![0u8; 3 << 20];
+        let mut at = 0;
+        while at < big.len() {
+            let n = file.read_at(&mut big[at..], at as u64).unwrap();
+            assert!(n > 0, "{name}: early end at {at}");
+            at += n;
+        }
+        assert!(big == other(3 << 20), "{name}: wrong bytes after growth");
+        assert_eq!(engine.pinned_frames(), 0);
+    }
+}

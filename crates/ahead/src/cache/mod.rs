@@ -164,6 +164,8 @@ pub(crate) struct FilePages {
     pub(crate) size: u64,
     /// Frames of this file with a read in flight.
     reading: usize,
+    /// Bumped each time the file's pages are dropped because it changed.
+    generation: u64,
     closed: bool,
     pub(crate) stats: Stats,
 }
@@ -175,6 +177,9 @@ pub(crate) struct Plan {
     pub(crate) first: u64,
     pub(crate) frames: Vec<u32>,
     pub(crate) speculative: bool,
+    /// The file's generation when planned: a read planned before the file
+    /// was found changed (see [`PageCache::drop_pages`]) fills nothing.
+    pub(crate) generation: u64,
 }
 
 /// The state under the cache's lock.
@@ -270,6 +275,7 @@ impl PageCache {
                 feedback: Vec::new(),
                 size,
                 reading: 0,
+                generation: 0,
                 closed: false,
                 stats: Stats::default(),
             },
@@ -279,11 +285,41 @@ impl PageCache {
     /// Drops a file's pages (its in-flight reads free theirs on completion).
     pub(crate) fn close_file(&self, id: FileId) {
         let mut g = self.lock();
-        let inner = &mut *g;
-        let Some(fp) = inner.files.get_mut(&id) else {
-            return;
+        let done = match g.files.get_mut(&id) {
+            Some(fp) => {
+                fp.closed = true;
+                fp.reading == 0
+            }
+            None => return,
         };
-        fp.closed = true;
+        self.drop_cached(&mut g, id);
+        if done {
+            g.files.remove(&id);
+        }
+    }
+
+    /// The file changed under the engine: drops every cached page, makes the
+    /// reads in flight fill nothing, and takes `size` as its size.
+    pub(crate) fn drop_pages(&self, id: FileId, size: u64) -> u64 {
+        let mut g = self.lock();
+        let Some(fp) = g.files.get_mut(&id) else {
+            return 0;
+        };
+        fp.generation += 1;
+        fp.size = size;
+        let dropped = self.drop_cached(&mut g, id);
+        drop(g);
+        self.changed.notify_all();
+        dropped
+    }
+
+    /// Drops the file's cached pages (a page still lent out is freed by its
+    /// last unpin), its failed and evicted entries; pages being read stay
+    /// (their reads free them). The number of cached pages dropped.
+    fn drop_cached(&self, inner: &mut Inner, id: FileId) -> u64 {
+        let Some(fp) = inner.files.get_mut(&id) else {
+            return 0;
+        };
         let mut wasted = 0;
         let mut freed = Vec::new();
         fp.pages.retain(|_, slot| match *slot {
@@ -297,8 +333,8 @@ impl PageCache {
             Slot::Reading { .. } => true,
             _ => false,
         });
-        let done = fp.reading == 0;
         inner.totals.readahead_wasted += wasted;
+        let dropped = freed.len() as u64;
         for f in freed {
             inner.eviction.remove(f);
             inner.owner[f as usize] = None;
@@ -309,9 +345,7 @@ impl PageCache {
                 inner.free.push(f);
             }
         }
-        if done {
-            inner.files.remove(&id);
-        }
+        dropped
     }
 
     /// Pins `frame` (under the lock, so that eviction cannot race).
@@ -360,68 +394,86 @@ impl PageCache {
             .expect("file of a read in flight");
         fp.reading -= plan.frames.len();
         let mut release = Vec::new();
+        // Planned before the file was found changed: what it read may be the
+        // old file; its pages are absent again, and the size stays as the
+        // refresh found it.
+        let result = if plan.generation == fp.generation {
+            Some(result)
+        } else {
+            for (k, &frame) in plan.frames.iter().enumerate() {
+                let index = plan.first + k as u64;
+                if matches!(fp.pages.get(&index), Some(Slot::Reading { .. })) {
+                    fp.pages.remove(&index);
+                }
+                release.push(frame);
+            }
+            None
+        };
         match result {
-            Ok(n) => {
-                let n = n as u64;
-                if n < plan.frames.len() as u64 * page {
-                    // The end of the file came early: it shrank (or the read
-                    // ran into the known end). Nothing past it is valid.
-                    let end = plan.first * page + n;
-                    if end < fp.size {
-                        fp.size = end;
-                    }
-                }
-                for (k, &frame) in plan.frames.iter().enumerate() {
-                    let index = plan.first + k as u64;
-                    let valid = n.saturating_sub(k as u64 * page).min(page);
-                    let slot = fp.pages.get_mut(&index);
-                    match slot {
-                        Some(s @ Slot::Reading { .. }) if !fp.closed && valid > 0 => {
-                            let Slot::Reading {
-                                speculative,
-                                marker,
-                                ..
-                            } = *s
-                            else {
-                                unreachable!()
-                            };
-                            *s = Slot::Ready {
-                                frame,
-                                len: valid as u32,
-                                marker,
-                                unused_ra: speculative,
-                            };
-                            inner.eviction.insert(frame);
-                        }
-                        _ => {
-                            if !fp.closed {
-                                fp.pages.remove(&index);
-                            }
-                            release.push(frame);
+            None => {}
+            Some(result) => match result {
+                Ok(n) => {
+                    let n = n as u64;
+                    if n < plan.frames.len() as u64 * page {
+                        // The end of the file came early: it shrank (or the read
+                        // ran into the known end). Nothing past it is valid.
+                        let end = plan.first * page + n;
+                        if end < fp.size {
+                            fp.size = end;
                         }
                     }
-                }
-            }
-            Err(e) => {
-                // A failed readahead leaves its pages absent: a reader that
-                // needs one reads it itself and sees its own result (the
-                // kernel's behaviour); no reader gets the error of a read it
-                // did not ask for. A failed demand read is reported to its
-                // readers (each retries its page alone once, see
-                // `File::walk`).
-                let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                for (k, &frame) in plan.frames.iter().enumerate() {
-                    if !fp.closed {
+                    for (k, &frame) in plan.frames.iter().enumerate() {
                         let index = plan.first + k as u64;
-                        if plan.speculative {
-                            fp.pages.remove(&index);
-                        } else {
-                            fp.pages.insert(index, Slot::Failed { errno });
+                        let valid = n.saturating_sub(k as u64 * page).min(page);
+                        let slot = fp.pages.get_mut(&index);
+                        match slot {
+                            Some(s @ Slot::Reading { .. }) if !fp.closed && valid > 0 => {
+                                let Slot::Reading {
+                                    speculative,
+                                    marker,
+                                    ..
+                                } = *s
+                                else {
+                                    unreachable!()
+                                };
+                                *s = Slot::Ready {
+                                    frame,
+                                    len: valid as u32,
+                                    marker,
+                                    unused_ra: speculative,
+                                };
+                                inner.eviction.insert(frame);
+                            }
+                            _ => {
+                                if !fp.closed {
+                                    fp.pages.remove(&index);
+                                }
+                                release.push(frame);
+                            }
                         }
                     }
-                    release.push(frame);
                 }
-            }
+                Err(e) => {
+                    // A failed readahead leaves its pages absent: a reader that
+                    // needs one reads it itself and sees its own result (the
+                    // kernel's behaviour); no reader gets the error of a read it
+                    // did not ask for. A failed demand read is reported to its
+                    // readers (each retries its page alone once, see
+                    // `File::walk`).
+                    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                    for (k, &frame) in plan.frames.iter().enumerate() {
+                        if !fp.closed {
+                            let index = plan.first + k as u64;
+                            if plan.speculative {
+                                fp.pages.remove(&index);
+                            } else {
+                                fp.pages.insert(index, Slot::Failed { errno });
+                            }
+                        }
+                        release.push(frame);
+                    }
+                }
+            },
         }
         let remove_file = fp.closed && fp.reading == 0;
         for f in release {
@@ -549,6 +601,7 @@ impl Planner<'_> {
             };
             let file = self.file;
             let fp = self.inner.files.get_mut(&file).unwrap();
+            let generation = fp.generation;
             if !speculative {
                 if let Some(Slot::Shadow {
                     evicted_unused: true,
@@ -575,6 +628,7 @@ impl Planner<'_> {
                     first: index,
                     frames: Vec::new(),
                     speculative,
+                    generation,
                 })
                 .frames
                 .push(frame);
