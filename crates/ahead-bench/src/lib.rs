@@ -1,8 +1,9 @@
 //! # ahead-bench — reports for benchmarks and simulations
 //!
 //! Read workloads on real files through the kernel's paths and ahead's
-//! ([`workload`]), and plain-text tables and SVG plots ([`report`]), shared
-//! by `ahead read`, `ahead bench` and `ahead sim`.
+//! ([`workload`]), the stress test that checks every byte under load
+//! ([`stress`]), and plain-text tables and SVG plots ([`report`]), shared
+//! by `ahead read`, `ahead bench`, `ahead stress` and `ahead sim`.
 //! No plotting dependency: the plots are a few dozen SVG elements, written
 //! directly.
 //!
@@ -15,4 +16,5 @@
 #![deny(missing_docs)]
 
 pub mod report;
+pub mod stress;
 pub mod workload;

@@ -8,6 +8,7 @@ mod copy;
 mod read;
 mod resident;
 mod sim;
+mod stress;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -41,6 +42,9 @@ enum Command {
     Evict(resident::EvictArgs),
     /// Read the parts of files that are not cached yet into the page cache.
     Warm(resident::WarmArgs),
+    /// Mixed reads from many threads through a small cache, every byte
+    /// compared with the kernel's.
+    Stress(stress::StressArgs),
 }
 
 /// `v` with the fields of the object `more` added (JSON summaries built
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Command::Stat(args) => resident::stat(args),
         Command::Evict(args) => resident::evict(args),
         Command::Warm(args) => resident::warm(args),
+        Command::Stress(args) => stress::run(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -185,6 +185,12 @@ impl Engine {
         Ok((max_ra_pages, frames))
     }
 
+    /// Bytes of the cache in use (pages held and reads in flight); never
+    /// more than the budget.
+    pub fn cached_bytes(&self) -> u64 {
+        self.shared.cache.used_frames() as u64 * self.shared.config.page_size
+    }
+
     /// Frames lent out or being copied from right now (pinned). Zero
     /// whenever no read is running and no [`Pages`] is alive: a frame
     /// pinned for good would be lost to the budget.

@@ -365,6 +365,11 @@ impl PageCache {
         }
     }
 
+    /// Frames holding a page or a read in flight (not free).
+    pub(crate) fn used_frames(&self) -> usize {
+        self.frames() - self.lock().free.len()
+    }
+
     /// Frames pinned right now.
     pub(crate) fn pinned(&self) -> usize {
         self.pins
