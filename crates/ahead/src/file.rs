@@ -847,6 +847,18 @@ impl File {
                 break;
             }
         }
+        // Pages that lend no byte (the request began at the end of a
+        // partial last page) are not kept pinned.
+        let empty: Vec<u32> = lent
+            .pages
+            .iter()
+            .filter(|p| p.2 == 0)
+            .map(|p| p.0)
+            .collect();
+        if !empty.is_empty() {
+            lent.pages.retain(|p| p.2 > 0);
+            self.inner.engine.cache.unpin(&empty);
+        }
         lent.len = done as usize;
         let mut g = self.inner.engine.cache.lock();
         g.count(self.inner.id, |s| {
