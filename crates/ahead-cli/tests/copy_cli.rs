@@ -7,14 +7,14 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
 use ahead::residency;
 use common::{
-    ahead, ahead_with_state, as_nobody, gen, journal_lines, mkfifo, ok_json, s, scratch, state_dir,
-    stderr,
+    ahead, ahead_with_state, as_nobody, gen, mkfifo, ok_json, s, scratch, state_dir, stderr,
+    wait_for_journal,
 };
 use serde_json::Value;
 
@@ -252,14 +252,7 @@ fn kill_9_then_resume_gives_the_same_file_and_no_early_destination() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    loop {
-        if journal_lines(&state) >= 6 {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "no progress");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_journal(&state, 6);
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert!(
@@ -300,7 +293,11 @@ fn kill_9_then_resume_gives_the_same_file_and_no_early_destination() {
         "{:?}",
         leftovers(dir.path())
     );
-    assert_eq!(journal_lines(&state), 0, "the journal outlived its copy");
+    assert_eq!(
+        common::journal_lines(&state),
+        0,
+        "the journal outlived its copy"
+    );
 }
 
 #[test]
@@ -314,9 +311,7 @@ fn resume_refuses_a_source_that_changed() {
         .env("XDG_STATE_HOME", &state)
         .spawn()
         .unwrap();
-    while journal_lines(&state) < 3 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_journal(&state, 3);
     child.kill().unwrap();
     child.wait().unwrap();
     // The source changes (new content, new mtime).
@@ -466,9 +461,7 @@ fn a_source_truncated_mid_copy_fails_and_leaves_no_destination() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    while journal_lines(&state) < 3 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_journal(&state, 3);
     fs::OpenOptions::new()
         .write(true)
         .open(&src)

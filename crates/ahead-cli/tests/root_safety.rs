@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    ahead, ahead_with_state, gen, journal_lines, mkfifo, nobody_sh, ok_json, s, scratch, state_dir,
-    stderr,
+    ahead, ahead_with_state, gen, mkfifo, nobody_sh, ok_json, s, scratch, state_dir, stderr,
 };
 
 const MIB: u64 = 1 << 20;
@@ -479,11 +478,7 @@ fn interrupted_copy(src: &Path, dst: &Path, state: &Path, chunks: usize) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while journal_lines(state) < chunks + 1 {
-        assert!(started.elapsed() < Duration::from_secs(20), "no progress");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    common::wait_for_journal(state, chunks + 1);
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -594,11 +589,7 @@ fn a_second_copy_to_the_same_destination_is_refused_while_the_first_runs() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while journal_lines(&state) < 2 {
-        assert!(started.elapsed() < Duration::from_secs(20), "no journal");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    common::wait_for_journal(&state, 2);
     let o = ahead_with_state(&state, &["copy", s(&b), s(&dst)]);
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stderr(&o).contains("another ahead copy"), "{}", stderr(&o));

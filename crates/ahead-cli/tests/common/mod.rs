@@ -175,3 +175,16 @@ pub fn loop_device(test: &str, backing: &Path) -> Option<Loop> {
     }
     Some(Loop(String::from_utf8_lossy(&o.stdout).trim().to_string()))
 }
+
+/// Waits until the copy journal under `state` has at least `lines` lines
+/// (its header and finished chunks); fails the test after 20 s.
+pub fn wait_for_journal(state: &Path, lines: usize) {
+    let started = std::time::Instant::now();
+    while journal_lines(state) < lines {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "the copy's journal did not reach {lines} lines"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}

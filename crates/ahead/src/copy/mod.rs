@@ -717,30 +717,6 @@ impl<'a> DstWriter<'a> {
         Ok(())
     }
 
-    /// Makes a range of a regular destination read as zeroes again
-    /// (fallocate PUNCH_HOLE, else zeroes written).
-    fn punch(&self, offset: u64, len: u64) -> Result<()> {
-        use rustix::fs::FallocateFlags;
-        if rustix::fs::fallocate(
-            self.file,
-            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
-            offset,
-            len,
-        )
-        .is_ok()
-        {
-            return Ok(());
-        }
-        let zeroes = vec![0u8; ZERO_BLOCK as usize];
-        let mut at = offset;
-        while at < offset + len {
-            let n = (offset + len - at).min(ZERO_BLOCK);
-            self.put(self.file, &zeroes[..n as usize], at, 0)?;
-            at += n;
-        }
-        Ok(())
-    }
-
     /// Zeroes a range of a block device (fallocate ZERO_RANGE, else writes).
     fn zero(
         &self,
@@ -749,15 +725,35 @@ impl<'a> DstWriter<'a> {
         zeroes: &[u8],
         windows: &mut VecDeque<(u64, u64)>,
     ) -> Result<()> {
+        self.make_zero(Zeroing::Range, offset, len, zeroes, windows)
+    }
+
+    /// Makes a range of a regular destination read as zeroes again
+    /// (fallocate PUNCH_HOLE, else writes): a chunk redone on resume.
+    fn punch(
+        &self,
+        offset: u64,
+        len: u64,
+        zeroes: &[u8],
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        self.make_zero(Zeroing::Hole, offset, len, zeroes, windows)
+    }
+
+    fn make_zero(
+        &self,
+        how: Zeroing,
+        offset: u64,
+        len: u64,
+        zeroes: &[u8],
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
         use rustix::fs::FallocateFlags;
-        if rustix::fs::fallocate(
-            self.file,
-            FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE,
-            offset,
-            len,
-        )
-        .is_ok()
-        {
+        let mode = match how {
+            Zeroing::Range => FallocateFlags::ZERO_RANGE,
+            Zeroing::Hole => FallocateFlags::PUNCH_HOLE,
+        };
+        if rustix::fs::fallocate(self.file, mode | FallocateFlags::KEEP_SIZE, offset, len).is_ok() {
             return Ok(());
         }
         let mut at = offset;
@@ -768,6 +764,15 @@ impl<'a> DstWriter<'a> {
         }
         Ok(())
     }
+}
+
+/// How [`DstWriter::make_zero`] asks the file system for zeroes.
+#[derive(Clone, Copy)]
+enum Zeroing {
+    /// Zeroed blocks stay allocated (a block device).
+    Range,
+    /// Blocks are deallocated (a regular file).
+    Hole,
 }
 
 fn cached_pages(file: &File) -> Option<u64> {
@@ -1301,7 +1306,7 @@ fn copy_worker(
                     // Redone below, where the copy leaves holes unwritten:
                     // the old bytes must go (a block device has its
                     // zeroes written).
-                    writer.punch(task.offset, task.len)?;
+                    writer.punch(task.offset, task.len, &zeroes, &mut windows)?;
                 }
             }
             if let Some(rate) = opts.bwlimit {
