@@ -717,29 +717,9 @@ impl<'a> DstWriter<'a> {
         Ok(())
     }
 
-    /// Zeroes a range of a block device (fallocate ZERO_RANGE, else writes).
-    fn zero(
-        &self,
-        offset: u64,
-        len: u64,
-        zeroes: &[u8],
-        windows: &mut VecDeque<(u64, u64)>,
-    ) -> Result<()> {
-        self.make_zero(Zeroing::Range, offset, len, zeroes, windows)
-    }
-
-    /// Makes a range of a regular destination read as zeroes again
-    /// (fallocate PUNCH_HOLE, else writes): a chunk redone on resume.
-    fn punch(
-        &self,
-        offset: u64,
-        len: u64,
-        zeroes: &[u8],
-        windows: &mut VecDeque<(u64, u64)>,
-    ) -> Result<()> {
-        self.make_zero(Zeroing::Hole, offset, len, zeroes, windows)
-    }
-
+    /// Makes a range read as zeroes: ZERO_RANGE keeps a block device's
+    /// blocks, PUNCH_HOLE frees a regular file's (a chunk redone on
+    /// resume); where fallocate cannot, zeroes are written.
     fn make_zero(
         &self,
         how: Zeroing,
@@ -1306,7 +1286,13 @@ fn copy_worker(
                     // Redone below, where the copy leaves holes unwritten:
                     // the old bytes must go (a block device has its
                     // zeroes written).
-                    writer.punch(task.offset, task.len, &zeroes, &mut windows)?;
+                    writer.make_zero(
+                        Zeroing::Hole,
+                        task.offset,
+                        task.len,
+                        &zeroes,
+                        &mut windows,
+                    )?;
                 }
             }
             if let Some(rate) = opts.bwlimit {
@@ -1379,12 +1365,24 @@ fn copy_worker(
                     let mut at = task.offset;
                     for &(off, len) in &task.data {
                         if off > at {
-                            writer.zero(at, off - at, &zeroes, &mut windows)?;
+                            writer.make_zero(
+                                Zeroing::Range,
+                                at,
+                                off - at,
+                                &zeroes,
+                                &mut windows,
+                            )?;
                         }
                         at = off + len;
                     }
                     if at < task.offset + task.len {
-                        writer.zero(at, task.offset + task.len - at, &zeroes, &mut windows)?;
+                        writer.make_zero(
+                            Zeroing::Range,
+                            at,
+                            task.offset + task.len - at,
+                            &zeroes,
+                            &mut windows,
+                        )?;
                     }
                 }
             }
@@ -1489,7 +1487,7 @@ fn write_sparse(
         if zero {
             holes.fetch_add((j - i) as u64, Ordering::Relaxed);
             if block_dst {
-                writer.zero(at, (j - i) as u64, zeroes, windows)?;
+                writer.make_zero(Zeroing::Range, at, (j - i) as u64, zeroes, windows)?;
             }
         } else {
             writer.write_all_at(&buf[i..j], at, windows)?;
