@@ -76,6 +76,19 @@ fn attack(test: &str, script: &str) -> Option<Attacker> {
     Some(Attacker(c))
 }
 
+/// A directory `name` in `parent` owned by `nobody`, holding `files`
+/// (name, bytes), each owned by `nobody` too.
+fn nobodys_dir(parent: &Path, name: &str, files: &[(&str, &[u8])]) -> PathBuf {
+    let d = parent.join(name);
+    fs::create_dir(&d).unwrap();
+    chown_nobody(&d);
+    for (n, bytes) in files {
+        fs::write(d.join(n), bytes).unwrap();
+        chown_nobody(&d.join(n));
+    }
+    d
+}
+
 fn chown_nobody(p: &Path) {
     std::os::unix::fs::lchown(p, Some(65534), Some(65534)).unwrap();
 }
@@ -155,15 +168,13 @@ fn race(secs: u64, mut root: impl FnMut(usize)) -> usize {
 fn a_source_swapped_for_a_link_never_gives_the_secret_to_its_owner() {
     let (dir, shared) = arena();
     let (secret, secret_bytes) = secret(dir.path(), 2 * MIB as usize);
-    let user = shared.join("u");
     let keep = gen(dir.path(), "keep", 2 * MIB);
-    fs::create_dir(&user).unwrap();
-    fs::copy(&keep, user.join("keep")).unwrap();
-    fs::copy(&keep, user.join("data")).unwrap();
-    for p in [&user, &user.join("keep"), &user.join("data")] {
-        chown_nobody(p);
-    }
     let keep_bytes = fs::read(&keep).unwrap();
+    let user = nobodys_dir(
+        &shared,
+        "u",
+        &[("keep", &keep_bytes), ("data", &keep_bytes)],
+    );
     let out = dir.path().join("out");
     fs::create_dir(&out).unwrap();
     let u = s(&user);
@@ -213,13 +224,7 @@ fn a_source_swapped_for_a_link_never_gives_the_secret_to_its_owner() {
 fn a_tree_entry_swapped_for_a_link_is_copied_as_a_link() {
     let (dir, shared) = arena();
     let (secret, secret_bytes) = secret(dir.path(), 100_000);
-    let tree = shared.join("t");
-    fs::create_dir(&tree).unwrap();
-    fs::write(tree.join("keep"), b"user data").unwrap();
-    fs::write(tree.join("f"), b"user data").unwrap();
-    for p in [&tree, &tree.join("keep"), &tree.join("f")] {
-        chown_nobody(p);
-    }
+    let tree = nobodys_dir(&shared, "t", &[("keep", b"user data"), ("f", b"user data")]);
     let out = dir.path().join("out");
     fs::create_dir(&out).unwrap();
     let t = s(&tree);
@@ -257,13 +262,8 @@ fn a_tree_entry_swapped_for_a_link_is_copied_as_a_link() {
 #[test]
 fn a_fifo_swapped_into_a_tree_hangs_neither_stat_nor_evict_nor_warm_nor_copy() {
     let (dir, shared) = arena();
-    let tree = shared.join("t");
-    fs::create_dir(&tree).unwrap();
-    fs::write(tree.join("f"), vec![1u8; 100_000]).unwrap();
-    fs::write(tree.join("keep"), vec![1u8; 100_000]).unwrap();
-    for p in [&tree, &tree.join("keep"), &tree.join("f")] {
-        chown_nobody(p);
-    }
+    let ones = vec![1u8; 100_000];
+    let tree = nobodys_dir(&shared, "t", &[("f", &ones), ("keep", &ones)]);
     let t = s(&tree);
     let Some(_a) = attack(
         "fifo_swapped",

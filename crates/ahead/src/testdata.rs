@@ -120,6 +120,18 @@ pub fn column_order(records: u64, width: u64) -> impl Iterator<Item = u64> {
     })
 }
 
+/// The real I/O backends this machine can run, for tests that run the same
+/// body on each: the thread pool always, io_uring where the kernel has it
+/// (a SKIP line on stderr says so where not).
+pub fn real_backends() -> Vec<crate::io::BackendKind> {
+    let mut v = vec![crate::io::BackendKind::Pool];
+    match crate::io::uring::Uring::new(1) {
+        Ok(_) => v.push(crate::io::BackendKind::Uring),
+        Err(e) => eprintln!("SKIP the io_uring half: io_uring unavailable here: {e}"),
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,16 +20,6 @@ fn resident_kib() -> u64 {
         .unwrap()
 }
 
-fn backends() -> Vec<BackendKind> {
-    let mut v = vec![BackendKind::Pool];
-    if ahead::io::uring::Uring::new(1).is_ok() {
-        v.push(BackendKind::Uring);
-    } else {
-        eprintln!("SKIP io_uring half: no io_uring here");
-    }
-    v
-}
-
 #[test]
 fn engines_cost_what_they_cache_and_survive_being_dropped_mid_readahead() {
     let prev = std::panic::take_hook();
@@ -65,7 +55,7 @@ fn engines_cost_what_they_cache_and_survive_being_dropped_mid_readahead() {
 
     // Dropped while readahead is in flight: the last reference to the
     // engine then dies in a completion, on the backend's own thread.
-    for backend in backends() {
+    for backend in testdata::real_backends() {
         let started = Instant::now();
         for _ in 0..200 {
             let engine = Engine::new(EngineConfig {

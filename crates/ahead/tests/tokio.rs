@@ -65,23 +65,13 @@ async fn many_tasks(backend: BackendKind) {
     assert_eq!(file.read_at_async(&mut buf, SIZE + 5).await.unwrap(), 0);
 }
 
-fn backends() -> Vec<BackendKind> {
-    let mut v = vec![BackendKind::Pool];
-    if ahead::io::uring::Uring::new(1).is_ok() {
-        v.push(BackendKind::Uring);
-    } else {
-        eprintln!("SKIP the io_uring half of the tokio tests: io_uring unavailable");
-    }
-    v
-}
-
 #[test]
 fn current_thread_runtime() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    for b in backends() {
+    for b in testdata::real_backends() {
         rt.block_on(many_tasks(b));
     }
 }
@@ -93,7 +83,7 @@ fn multi_thread_runtime() {
         .enable_all()
         .build()
         .unwrap();
-    for b in backends() {
+    for b in testdata::real_backends() {
         rt.block_on(many_tasks(b));
     }
 }
