@@ -6,7 +6,6 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ahead::io::BackendKind;
 use ahead::{testdata, Engine, EngineConfig};
 
 static PANICS: AtomicUsize = AtomicUsize::new(0);
