@@ -1,0 +1,311 @@
+//! Writing the destination: the writer, zeroes as holes, the temporary
+//! file's guard, and `--preserve`.
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use rustix::fs::AtFlags;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::{residency, sys, Error, Result};
+use journal::{Journal, StateDir};
+
+use super::*;
+
+/// Writes the destination, keeping it out of the cache unless `Keep`.
+pub(super) struct DstWriter<'a> {
+    pub(super) file: &'a File,
+    pub(super) path: &'a Path,
+    pub(super) mode: CacheMode,
+    pub(super) dontcache: FlagProbe,
+    pub(super) direct: Option<(File, usize)>,
+    pub(super) direct_ok: AtomicBool,
+    pub(super) used: Used,
+    /// Tests of `--verify` only: flip the byte at this destination offset
+    /// as it is written (see [`CopyOptions`]'s test field). Nothing outside
+    /// the crate's own tests can set it: a library must not let an
+    /// environment variable corrupt a program's copies.
+    #[cfg(test)]
+    pub(super) corrupt_at: Option<u64>,
+}
+
+impl<'a> DstWriter<'a> {
+    pub(super) fn new(file: &'a File, path: &'a Path, opts: &CopyOptions) -> Self {
+        let direct = if opts.direct && opts.cache != CacheMode::Keep {
+            open_direct(file, true)
+        } else {
+            None
+        };
+        DstWriter {
+            file,
+            path,
+            mode: opts.cache,
+            dontcache: FlagProbe::new(opts.dontcache),
+            direct_ok: AtomicBool::new(direct.is_some()),
+            direct,
+            used: Used::default(),
+            #[cfg(test)]
+            corrupt_at: opts.corrupt_write_at,
+        }
+    }
+
+    pub(super) fn write_all_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        #[cfg(test)]
+        if let Some(at) = self.corrupt_at {
+            if (offset..offset + buf.len() as u64).contains(&at) {
+                let mut bad = buf.to_vec();
+                bad[(at - offset) as usize] ^= 0xff;
+                return self.write_clean(&bad, offset, windows);
+            }
+        }
+        self.write_clean(buf, offset, windows)
+    }
+
+    pub(super) fn write_clean(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        if self.mode == CacheMode::Keep {
+            bump(&self.used.buffered);
+            return self.put(self.file, buf, offset, 0);
+        }
+        // Aligned pieces go around the page cache altogether.
+        if let Some((direct, align)) = &self.direct {
+            if self.direct_ok.load(Ordering::Relaxed) && aligned(buf, offset, *align) {
+                match self.put(direct, buf, offset, 0) {
+                    Ok(()) => {
+                        bump(&self.used.direct);
+                        return Ok(());
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        self.direct_ok.store(false, Ordering::Relaxed);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let flagged = || self.put(self.file, buf, offset, sys::RWF_DONTCACHE);
+        if let Some(r) = self.dontcache.attempt(flagged) {
+            if r.is_ok() {
+                bump(&self.used.dontcache);
+            }
+            return r;
+        }
+        bump(&self.used.windows);
+        self.put(self.file, buf, offset, 0)?;
+        let len = buf.len() as u64;
+        sys::sync_range(self.file, offset, len, false).map_err(io_err(
+            "sync_file_range",
+            self.path,
+            Some(offset),
+        ))?;
+        windows.push_back((offset, len));
+        if windows.len() > WRITE_WINDOWS {
+            let (o, n) = windows.pop_front().expect("non-empty");
+            self.drop_window(o, n)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn drop_window(&self, offset: u64, len: u64) -> Result<()> {
+        sys::sync_range(self.file, offset, len, true).map_err(io_err(
+            "sync_file_range",
+            self.path,
+            Some(offset),
+        ))?;
+        let _ = sys::evict_range(self.file, offset, len);
+        Ok(())
+    }
+
+    pub(super) fn drain(&self, windows: &mut VecDeque<(u64, u64)>) -> Result<()> {
+        while let Some((o, n)) = windows.pop_front() {
+            self.drop_window(o, n)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn put(&self, file: &File, buf: &[u8], offset: u64, flags: i32) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            match sys::pwrite_flags(file, &buf[done..], at, flags) {
+                Ok(0) => {
+                    return Err(Error::io(
+                        "write",
+                        self.path,
+                        Some(at),
+                        io::Error::from(io::ErrorKind::WriteZero),
+                    ))
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("write", self.path, Some(at), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a range read as zeroes: ZERO_RANGE keeps a block device's
+    /// blocks, PUNCH_HOLE frees a regular file's (a chunk redone on
+    /// resume); where fallocate cannot, zeroes are written.
+    pub(super) fn make_zero(
+        &self,
+        how: Zeroing,
+        offset: u64,
+        len: u64,
+        zeroes: &[u8],
+        windows: &mut VecDeque<(u64, u64)>,
+    ) -> Result<()> {
+        use rustix::fs::FallocateFlags;
+        let mode = match how {
+            Zeroing::Range => FallocateFlags::ZERO_RANGE,
+            Zeroing::Hole => FallocateFlags::PUNCH_HOLE,
+        };
+        if rustix::fs::fallocate(self.file, mode | FallocateFlags::KEEP_SIZE, offset, len).is_ok() {
+            return Ok(());
+        }
+        let mut at = offset;
+        while at < offset + len {
+            let n = (offset + len - at).min(zeroes.len() as u64);
+            self.write_all_at(&zeroes[..n as usize], at, windows)?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+/// How [`DstWriter::make_zero`] asks the file system for zeroes.
+#[derive(Clone, Copy)]
+pub(super) enum Zeroing {
+    /// Zeroed blocks stay allocated (a block device).
+    Range,
+    /// Blocks are deallocated (a regular file).
+    Hole,
+}
+
+pub(super) fn cached_pages(file: &File) -> Option<u64> {
+    residency::of_range(file, 0, u64::MAX)
+        .ok()
+        .and_then(|s| s.known().map(|r| r.cached))
+}
+
+/// The temporary file of a copy into a directory, removed with its
+/// journal unless the copy completes (or the process is killed: then both
+/// stay, for `--resume`).
+pub(super) struct TmpGuard<'a> {
+    pub(super) dir: &'a OwnedFd,
+    pub(super) name: Vec<u8>,
+    pub(super) journal: Option<Journal>,
+    pub(super) state: Option<&'a StateDir>,
+    pub(super) armed: bool,
+}
+
+impl TmpGuard<'_> {
+    pub(super) fn finish(mut self) {
+        self.armed = false;
+        if let (Some(j), Some(st)) = (self.journal.take(), self.state) {
+            j.remove(st);
+        }
+    }
+}
+
+impl Drop for TmpGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = rustix::fs::unlinkat(self.dir, place::os(&self.name), AtFlags::empty());
+            if let (Some(j), Some(st)) = (self.journal.take(), self.state) {
+                j.remove(st);
+            }
+        }
+    }
+}
+
+/// `cp -p` for one file: the source's mode (setuid, setgid and sticky only
+/// when the caller owns the source) and its access and modification times.
+pub(super) fn preserve(dst: &File, src: &fs::Metadata) -> io::Result<()> {
+    use rustix::fs::{Timespec, Timestamps};
+    rustix::fs::fchmod(
+        dst,
+        rustix::fs::Mode::from_raw_mode(place::copy_mode(src, true)),
+    )?;
+    let ts = |s: i64, ns: i64| Timespec {
+        tv_sec: s,
+        tv_nsec: ns as _,
+    };
+    rustix::fs::futimens(
+        dst,
+        &Timestamps {
+            last_access: ts(src.atime(), src.atime_nsec()),
+            last_modification: ts(src.mtime(), src.mtime_nsec()),
+        },
+    )?;
+    Ok(())
+}
+
+/// Writes `buf` (file bytes at `offset`), leaving 64 KiB blocks of zeroes
+/// as holes (zeroed on a block device). Returns the bytes written.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn write_sparse(
+    writer: &DstWriter<'_>,
+    buf: &[u8],
+    offset: u64,
+    sparse: bool,
+    block_dst: bool,
+    zeroes: &[u8],
+    windows: &mut VecDeque<(u64, u64)>,
+    holes: &AtomicU64,
+) -> Result<u64> {
+    if !sparse {
+        writer.write_all_at(buf, offset, windows)?;
+        return Ok(buf.len() as u64);
+    }
+    let mut written = 0;
+    let mut i = 0;
+    let len = buf.len();
+    while i < len {
+        // Blocks are aligned to the file offset.
+        let block_end = |at: usize| {
+            let abs = offset + at as u64;
+            (((abs / ZERO_BLOCK) + 1) * ZERO_BLOCK - offset).min(len as u64) as usize
+        };
+        let end = block_end(i);
+        let zero = is_zero(&buf[i..end]);
+        let mut j = end;
+        while j < len {
+            let e = block_end(j);
+            if is_zero(&buf[j..e]) != zero {
+                break;
+            }
+            j = e;
+        }
+        let at = offset + i as u64;
+        if zero {
+            holes.fetch_add((j - i) as u64, Ordering::Relaxed);
+            if block_dst {
+                writer.make_zero(Zeroing::Range, at, (j - i) as u64, zeroes, windows)?;
+            }
+        } else {
+            writer.write_all_at(&buf[i..j], at, windows)?;
+            written += (j - i) as u64;
+        }
+        i = j;
+    }
+    Ok(written)
+}
+
+pub(super) fn is_zero(b: &[u8]) -> bool {
+    let (head, body, tail) = // SAFETY: u128 has no invalid bit patterns.
+        unsafe { b.align_to::<u128>() };
+    head.iter().all(|&x| x == 0) && body.iter().all(|&x| x == 0) && tail.iter().all(|&x| x == 0)
+}

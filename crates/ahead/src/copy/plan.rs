@@ -1,0 +1,129 @@
+//! Planning a copy: the chunk size, the source's extents, the tasks, and
+//! the bounds on the caller's options.
+
+use std::fs::{self, File};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+use crate::{Error, Result};
+
+use super::*;
+
+/// The source's device's largest request (queue/max_sectors_kb), clamped
+/// to 1–8 MiB; 4 MiB when sysfs does not say.
+pub(super) fn tuned_chunk(meta: &fs::Metadata) -> u64 {
+    let dev = if meta.file_type().is_block_device() {
+        meta.rdev()
+    } else {
+        meta.dev()
+    };
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    let read = |p: String| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+    let kb = read(format!("{base}/queue/max_sectors_kb"))
+        .or_else(|| read(format!("{base}/../queue/max_sectors_kb")));
+    kb.map_or(4 << 20, |kb| (kb << 10).clamp(MIN_CHUNK, MAX_CHUNK))
+}
+
+/// The source's data extents, `(offset, len)`, from SEEK_DATA/SEEK_HOLE;
+/// the whole file where the file system cannot say.
+pub(super) fn data_extents(file: &File, size: u64) -> Vec<(u64, u64)> {
+    use rustix::fs::{seek, SeekFrom};
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let start = match seek(file, SeekFrom::Data(at)) {
+            Ok(s) => s,
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(_) => return vec![(0, size)],
+        };
+        if start >= size {
+            break;
+        }
+        let end = match seek(file, SeekFrom::Hole(start)) {
+            Ok(e) => e.min(size),
+            Err(_) => size,
+        };
+        out.push((start, end - start));
+        at = end;
+    }
+    out
+}
+
+/// One chunk of work: `[offset, offset + len)` of the file, with the parts
+/// of it that hold data.
+#[derive(Debug)]
+pub(super) struct Task {
+    pub(super) offset: u64,
+    pub(super) len: u64,
+    pub(super) data: Vec<(u64, u64)>,
+}
+
+pub(super) fn plan(size: u64, chunk: u64, extents: &[(u64, u64)]) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    let mut ext = extents.iter().peekable();
+    let mut offset = 0;
+    while offset < size {
+        let end = (offset + chunk).min(size);
+        let mut data = Vec::new();
+        while let Some(&&(s, n)) = ext.peek() {
+            if s >= end {
+                break;
+            }
+            let (a, b) = (s.max(offset), (s + n).min(end));
+            if a < b {
+                data.push((a, b - a));
+            }
+            if s + n <= end {
+                ext.next();
+            } else {
+                break;
+            }
+        }
+        tasks.push(Task {
+            offset,
+            len: end - offset,
+            data,
+        });
+        offset = end;
+    }
+    tasks
+}
+
+/// Largest chunk a copy accepts: each of `depth` threads holds one.
+pub const MAX_CHUNK_BYTES: u64 = 256 << 20;
+/// Most chunks in flight.
+pub const MAX_DEPTH: usize = 256;
+/// Most memory the chunk buffers of one copy may take together.
+pub(super) const MAX_BUFFERS: u64 = 4 << 30;
+
+/// Checks the options a caller could get wrong: sizes out of range come
+/// back as a clear error instead of an allocation that aborts or a loop
+/// that never ends.
+pub(super) fn check_options(opts: &CopyOptions) -> Result<()> {
+    let bad = |why: String| Err(Error::Invalid { what: "copy", why });
+    if let Some(c) = opts.chunk {
+        if !(ZERO_BLOCK..=MAX_CHUNK_BYTES).contains(&c) {
+            return bad(format!(
+                "chunk of {c} bytes: it must be from {} to {} bytes",
+                ZERO_BLOCK, MAX_CHUNK_BYTES
+            ));
+        }
+    }
+    if opts.depth == 0 || opts.depth > MAX_DEPTH {
+        return bad(format!(
+            "depth {}: it must be from 1 to {MAX_DEPTH}",
+            opts.depth
+        ));
+    }
+    let chunk = opts.chunk.unwrap_or(MAX_CHUNK);
+    if chunk.saturating_mul(opts.depth as u64) > MAX_BUFFERS {
+        return bad(format!(
+            "{} chunks of {chunk} bytes in flight would take more than {MAX_BUFFERS} bytes",
+            opts.depth
+        ));
+    }
+    if opts.bwlimit == Some(0) {
+        return bad("a bandwidth limit of 0 would never finish".into());
+    }
+    Ok(())
+}
