@@ -389,15 +389,28 @@ impl PageCache {
     /// Completes a planned read: `result` is the byte count read from the
     /// plan's first page on, or the error.
     pub(crate) fn complete(&self, plan: &Plan, result: std::io::Result<usize>) {
+        // Nothing here may panic: it runs on the backend's thread with the
+        // lock held, and a panic would poison the lock for every reader of
+        // the engine. Counts saturate and a missing file frees the frames.
         let mut g = self.lock();
         let inner = &mut *g;
-        inner.reading -= plan.frames.len();
+        inner.reading = inner.reading.saturating_sub(plan.frames.len());
         let page = self.page as u64;
-        let fp = inner
-            .files
-            .get_mut(&plan.file)
-            .expect("file of a read in flight");
-        fp.reading -= plan.frames.len();
+        let Some(fp) = inner.files.get_mut(&plan.file) else {
+            // Not reachable while files outlive their reads (`close_file`
+            // keeps a file until its last read completes); if it ever
+            // happens, the frames go back rather than leak.
+            for &f in &plan.frames {
+                if let Some(o) = inner.owner.get_mut(f as usize) {
+                    *o = None;
+                    inner.free.push(f);
+                }
+            }
+            drop(g);
+            self.changed.notify_all();
+            return;
+        };
+        fp.reading = fp.reading.saturating_sub(plan.frames.len());
         let mut release = Vec::new();
         // Planned before the file was found changed: what it read may be the
         // old file; its pages are absent again, and the size stays as the
@@ -430,23 +443,21 @@ impl PageCache {
                     for (k, &frame) in plan.frames.iter().enumerate() {
                         let index = plan.first + k as u64;
                         let valid = n.saturating_sub(k as u64 * page).min(page);
-                        let slot = fp.pages.get_mut(&index);
-                        match slot {
-                            Some(s @ Slot::Reading { .. }) if !fp.closed && valid > 0 => {
-                                let Slot::Reading {
-                                    speculative,
-                                    marker,
-                                    ..
-                                } = *s
-                                else {
-                                    unreachable!()
-                                };
-                                *s = Slot::Ready {
-                                    frame,
-                                    len: valid as u32,
-                                    marker,
-                                    unused_ra: speculative,
-                                };
+                        match fp.pages.get(&index).copied() {
+                            Some(Slot::Reading {
+                                speculative,
+                                marker,
+                                ..
+                            }) if !fp.closed && valid > 0 => {
+                                fp.pages.insert(
+                                    index,
+                                    Slot::Ready {
+                                        frame,
+                                        len: valid as u32,
+                                        marker,
+                                        unused_ra: speculative,
+                                    },
+                                );
                                 inner.eviction.insert(frame);
                             }
                             _ => {
@@ -482,8 +493,10 @@ impl PageCache {
         }
         let remove_file = fp.closed && fp.reading == 0;
         for f in release {
-            inner.owner[f as usize] = None;
-            inner.free.push(f);
+            if let Some(o) = inner.owner.get_mut(f as usize) {
+                *o = None;
+                inner.free.push(f);
+            }
         }
         if remove_file {
             inner.files.remove(&plan.file);
@@ -850,5 +863,37 @@ impl Inner {
     pub(crate) fn count(&mut self, file: FileId, f: impl Fn(&mut Stats)) {
         f(&mut self.totals);
         f(&mut self.file(file).stats);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completing_a_read_of_a_file_the_cache_no_longer_knows_frees_its_frames_and_keeps_the_lock_usable(
+    ) {
+        let cache = PageCache::new(4, 4096, 1, EvictionKind::Clock).unwrap();
+        let mut frames = Vec::new();
+        {
+            let mut g = cache.lock();
+            while let Some(f) = g.free.pop() {
+                frames.push(f);
+            }
+            g.reading += frames.len();
+        }
+        let plan = Plan {
+            file: 7,
+            first: 0,
+            frames: frames.clone(),
+            speculative: true,
+            generation: 0,
+        };
+        // Once, this panicked ("file of a read in flight") on the
+        // backend's thread and poisoned the lock for every later read.
+        cache.complete(&plan, Ok(4 * 4096));
+        assert_eq!(cache.used_frames(), 0);
+        assert_eq!(cache.lock().reading, 0);
+        assert!(!cache.inner.is_poisoned());
     }
 }
