@@ -32,20 +32,18 @@
 //!   absent and tries again once a read completes or a pin drops.
 
 pub mod eviction;
+#[cfg(test)]
+mod model;
+mod pins;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 
 use crate::io::Arena;
 use crate::ra::{self, Feedback, Lookup, Shadow, Window};
 pub use eviction::{Eviction, EvictionKind};
-
-/// Set in a frame's pin count when its file was closed while the frame was
-/// pinned: the last unpin frees the frame.
-const ORPHAN: u32 = 1 << 31;
 
 /// Identifies a file within one cache.
 pub type FileId = u64;
@@ -199,7 +197,7 @@ pub(crate) struct Inner {
 pub struct PageCache {
     page: usize,
     arena: std::sync::Arc<Arena>,
-    pins: Box<[AtomicU32]>,
+    pins: pins::Pins,
     /// Frames kept from readahead for demand reads.
     reserve: usize,
     inner: Mutex<Inner>,
@@ -222,7 +220,7 @@ impl PageCache {
         Ok(PageCache {
             page,
             arena: Arena::new(frames, page)?,
-            pins: (0..frames).map(|_| AtomicU32::new(0)).collect(),
+            pins: pins::Pins::new(frames),
             reserve,
             inner: Mutex::new(Inner {
                 files: HashMap::default(),
@@ -339,9 +337,7 @@ impl PageCache {
             inner.eviction.remove(f);
             inner.owner[f as usize] = None;
             // A frame still lent out is freed by its last unpin.
-            let pins = &self.pins[f as usize];
-            if pins.fetch_or(ORPHAN, Ordering::AcqRel) == 0 {
-                pins.store(0, Ordering::Release);
+            if self.pins.orphan(f) {
                 inner.free.push(f);
             }
         }
@@ -350,15 +346,14 @@ impl PageCache {
 
     /// Pins `frame` (under the lock, so that eviction cannot race).
     fn pin(&self, frame: u32) {
-        self.pins[frame as usize].fetch_add(1, Ordering::AcqRel);
+        self.pins.pin(frame);
     }
 
     /// Drops pins taken by a reader.
     pub(crate) fn unpin(&self, frames: &[u32]) {
         for &f in frames {
-            if self.pins[f as usize].fetch_sub(1, Ordering::AcqRel) == ORPHAN | 1 {
-                // The last pin of a frame whose file was closed: free it.
-                self.pins[f as usize].store(0, Ordering::Release);
+            if self.pins.unpin(f) {
+                // The last pin of a frame whose page was dropped: free it.
                 self.lock().free.push(f);
                 self.changed.notify_all();
             }
@@ -372,10 +367,7 @@ impl PageCache {
 
     /// Frames pinned right now.
     pub(crate) fn pinned(&self) -> usize {
-        self.pins
-            .iter()
-            .filter(|p| p.load(Ordering::Acquire) & !ORPHAN != 0)
-            .count()
+        self.pins.count()
     }
 
     /// The bytes of a pinned, up-to-date frame.
@@ -511,14 +503,14 @@ impl PageCache {
 }
 
 /// Takes a free frame, or evicts one; `None` if every frame is busy.
-fn take_frame(inner: &mut Inner, pins: &[AtomicU32]) -> Option<u32> {
+fn take_frame(inner: &mut Inner, pins: &pins::Pins) -> Option<u32> {
     if let Some(f) = inner.free.pop() {
         return Some(f);
     }
     let owner = &inner.owner;
     let files = &inner.files;
     let victim = inner.eviction.victim(&mut |f| {
-        pins[f as usize].load(Ordering::Acquire) == 0
+        !pins.is_pinned(f)
             && owner[f as usize].is_some_and(|(file, index)| {
                 matches!(
                     files.get(&file).and_then(|fp| fp.pages.get(&index)),
