@@ -193,9 +193,21 @@ pub type RunError = String;
 
 /// Runs `w` on `path` through `engine`.
 pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, RunError> {
-    let mut size = std::fs::metadata(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .len();
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut size = if meta.is_file() {
+        meta.len()
+    } else if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
+        use std::io::Seek as _;
+        std::fs::File::open(path)
+            .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)))
+            .map_err(|e| format!("{}: {e}", path.display()))?
+    } else {
+        return Err(format!(
+            "{}: not a regular file or block device (a read needs the file's size; \
+             `ahead cat` streams pipes and character devices)",
+            path.display()
+        ));
+    };
     if w.span > 0 {
         size = size.min(w.span);
     }

@@ -121,6 +121,7 @@ impl CopyArgs {
             direct: !self.no_direct,
             bwlimit: self.bwlimit,
             preserve: self.preserve,
+            cancel: None,
         }
     }
 }
@@ -205,7 +206,20 @@ pub fn summary(r: &CopyReport) -> serde_json::Value {
 
 /// Runs `ahead copy`.
 pub fn run(args: CopyArgs) -> Result<ExitCode> {
-    let opts = args.options();
+    let mut opts = args.options();
+    // SIGINT, SIGTERM and SIGHUP stop the copy between chunks, so that the
+    // temporary file is removed (or, when the copy can be resumed, kept with
+    // its journal) instead of being left behind half-written.
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, cancel.clone())
+            .map_err(|e| anyhow::anyhow!("cannot install a signal handler: {e}"))?;
+    }
+    opts.cancel = Some(cancel);
     let kind = match args.progress {
         ProgressKind::Auto if std::io::stderr().is_terminal() => ProgressKind::Bar,
         ProgressKind::Auto => ProgressKind::None,
@@ -335,6 +349,8 @@ fn exit_status(e: &ahead::Error) -> u8 {
     match e {
         ahead::Error::Mismatch { .. } => EXIT_MISMATCH,
         ahead::Error::Refused { .. } => EXIT_REFUSED,
+        // 128 + SIGINT, as a shell reports a program it interrupted.
+        ahead::Error::Io { source, .. } if source.kind() == std::io::ErrorKind::Interrupted => 130,
         _ => 1,
     }
 }

@@ -670,3 +670,88 @@ fn permission_bits_follow_a_regular_source_and_a_pipe_gets_0600() {
         0o600 & !umask
     );
 }
+
+/// Sends `sig` to a child process.
+fn signal(child: &std::process::Child, sig: i32) {
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
+}
+
+#[test]
+fn an_interrupted_stream_copy_removes_its_temporary_file() {
+    // Once, `timeout ahead copy /dev/zero DST` left a 10 GB `.DST.….part`
+    // behind: nothing handled SIGTERM, and a stream cannot be resumed.
+    let dir = scratch();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    let dst = dir.path().join("dst");
+    let state = state_dir(dir.path());
+    let child = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["copy", s(&fifo), s(&dst)])
+        .env("XDG_STATE_HOME", &state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A writer that keeps the FIFO open and never ends it.
+    let mut w = fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    w.write_all(&[7u8; 1 << 20]).unwrap();
+    while leftovers(dir.path()).is_empty() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    signal(&child, libc::SIGINT);
+    // The copy notices between chunks; a last write lets it see the flag.
+    let _ = w.write_all(&[7u8; 1 << 20]);
+    drop(w);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));
+    assert!(!dst.exists());
+    assert!(
+        leftovers(dir.path()).is_empty(),
+        "{:?}",
+        leftovers(dir.path())
+    );
+}
+
+#[test]
+fn a_copy_stopped_by_sigterm_keeps_its_progress_for_resume() {
+    let dir = scratch();
+    let src = gen(dir.path(), "src", 24 * MIB);
+    let dst = dir.path().join("dst");
+    let state = state_dir(dir.path());
+    let child = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["copy", "--chunk", "1m", "--bwlimit", "8m", s(&src), s(&dst)])
+        .env("XDG_STATE_HOME", &state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_journal(&state, 4);
+    signal(&child, libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
+    assert!(!dst.exists());
+    assert_eq!(
+        leftovers(dir.path()).len(),
+        1,
+        "{:?}",
+        leftovers(dir.path())
+    );
+    let o = common::ahead_with_state(
+        &state,
+        &[
+            "copy",
+            "--resume",
+            "--json",
+            "--chunk",
+            "1m",
+            s(&src),
+            s(&dst),
+        ],
+    );
+    let v = ok_json(&o);
+    assert!(v["resumed_bytes"].as_u64().unwrap() >= 3 * MIB, "{v}");
+    same_bytes(&src, &dst);
+    assert!(leftovers(dir.path()).is_empty());
+}

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ahead, as_nobody, gen, s, scratch};
+use common::{ahead, as_nobody, gen, s, scratch, stderr};
 
 #[test]
 fn cat_prints_the_exact_bytes_of_odd_sized_files() {
@@ -80,6 +80,9 @@ fn read_rejects_bad_input_with_one_line() {
         vec!["read", s(&f), "--cache", "64k"],
         vec!["read", "/nonexistent/file"],
         vec!["read", s(dir.path())],
+        vec!["read", "/dev/zero"],
+        vec!["read", s(&f), "--cache", "1"],
+        vec!["cat", s(&f), "--cache", "1"],
     ] {
         let o = ahead(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
@@ -87,6 +90,36 @@ fn read_rejects_bad_input_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("ahead: "), "{err}");
     }
+    // Once: "/dev/zero: file is smaller than one request".
+    let err = stderr(&ahead(&["read", "/dev/zero"]));
+    assert!(err.contains("/dev/zero: not a regular file"), "{err}");
+}
+
+#[test]
+fn cat_keeps_reading_the_file_it_opened_when_the_path_is_replaced() {
+    use std::io::Read as _;
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 32 << 20);
+    let expected = std::fs::read(&f).unwrap();
+    let other = dir.path().join("other");
+    std::fs::write(&other, vec![0xeeu8; 32 << 20]).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["cat", s(&f)])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    out.read_exact(&mut got).unwrap();
+    // cat is blocked on the full pipe; another file takes the path.
+    std::fs::rename(&other, &f).unwrap();
+    out.read_to_end(&mut got).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        got == expected,
+        "cat mixed the replacing file into its output"
+    );
 }
 
 #[test]

@@ -80,13 +80,11 @@ pub fn supports_direct(dir: &Path) -> bool {
     ok
 }
 
-/// A directory for test files that supports O_DIRECT: `$AHEAD_TEST_DIR` if
-/// set, else the system's temporary directory if it supports O_DIRECT, else
-/// `target/` of this workspace.
+/// A directory for test files that supports O_DIRECT: the system's
+/// temporary directory (`$TMPDIR`, else /tmp) if it supports O_DIRECT, else
+/// `target/test-scratch` of this workspace. The library reads no variable
+/// of its own here: `TMPDIR` is the standard way to choose.
 pub fn scratch_root() -> std::path::PathBuf {
-    if let Some(d) = std::env::var_os("AHEAD_TEST_DIR") {
-        return d.into();
-    }
     let tmp = std::env::temp_dir();
     if supports_direct(&tmp) {
         return tmp;

@@ -25,12 +25,9 @@ pub(super) struct DstWriter<'a> {
     pub(super) direct: Option<(File, usize)>,
     pub(super) direct_ok: AtomicBool,
     pub(super) used: Used,
-    /// Tests of `--verify` only: flip the byte at this destination offset
-    /// as it is written (see [`CopyOptions`]'s test field). Nothing outside
-    /// the crate's own tests can set it: a library must not let an
-    /// environment variable corrupt a program's copies.
+    /// The crate's own tests only: a write fault to inject.
     #[cfg(test)]
-    pub(super) corrupt_at: Option<u64>,
+    pub(super) fault: Option<crate::io::fault::WriteFault>,
 }
 
 impl<'a> DstWriter<'a> {
@@ -49,7 +46,7 @@ impl<'a> DstWriter<'a> {
             direct,
             used: Used::default(),
             #[cfg(test)]
-            corrupt_at: opts.corrupt_write_at,
+            fault: opts.write_fault,
         }
     }
 
@@ -60,11 +57,20 @@ impl<'a> DstWriter<'a> {
         windows: &mut VecDeque<(u64, u64)>,
     ) -> Result<()> {
         #[cfg(test)]
-        if let Some(at) = self.corrupt_at {
-            if (offset..offset + buf.len() as u64).contains(&at) {
-                let mut bad = buf.to_vec();
-                bad[(at - offset) as usize] ^= 0xff;
-                return self.write_clean(&bad, offset, windows);
+        {
+            use crate::io::fault::WriteFault;
+            let covers = |at: u64| (offset..offset + buf.len() as u64).contains(&at);
+            match self.fault {
+                Some(WriteFault::Corrupt(at)) if covers(at) => {
+                    let mut bad = buf.to_vec();
+                    bad[(at - offset) as usize] ^= 0xff;
+                    return self.write_clean(&bad, offset, windows);
+                }
+                Some(WriteFault::Fail(at, errno)) if covers(at) => {
+                    let e = io::Error::from_raw_os_error(errno);
+                    return Err(Error::io("write", self.path, Some(offset), e));
+                }
+                _ => {}
             }
         }
         self.write_clean(buf, offset, windows)
@@ -209,6 +215,11 @@ pub(super) struct TmpGuard<'a> {
     pub(super) journal: Option<Journal>,
     pub(super) state: Option<&'a StateDir>,
     pub(super) armed: bool,
+    /// A journal header was written: `--resume` can continue this copy.
+    pub(super) resumable: bool,
+    /// The copy's cancel flag: an interrupted copy that can be resumed keeps
+    /// its temporary file and journal.
+    pub(super) cancel: Option<std::sync::Arc<AtomicBool>>,
 }
 
 impl TmpGuard<'_> {
@@ -222,7 +233,11 @@ impl TmpGuard<'_> {
 
 impl Drop for TmpGuard<'_> {
     fn drop(&mut self) {
-        if self.armed {
+        let interrupted = self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed));
+        if self.armed && !(interrupted && self.resumable) {
             let _ = rustix::fs::unlinkat(self.dir, place::os(&self.name), AtFlags::empty());
             if let (Some(j), Some(st)) = (self.journal.take(), self.state) {
                 j.remove(st);

@@ -123,9 +123,14 @@ pub struct CopyOptions {
     /// caller owns the source) and times, as `cp -p`; otherwise the copy
     /// gets the source's permission bits less the umask, as cp gives.
     pub preserve: bool,
+    /// Set from elsewhere (a SIGINT handler) to stop the copy between
+    /// chunks: it ends with an `Interrupted` error. A resumable copy keeps
+    /// its temporary file and journal for `--resume`, as after a kill; one
+    /// that cannot be resumed (a stream, no state directory) removes them.
+    pub cancel: Option<std::sync::Arc<AtomicBool>>,
     /// Fault injection for the crate's own tests of `verify`.
     #[cfg(test)]
-    pub(crate) corrupt_write_at: Option<u64>,
+    pub(crate) write_fault: Option<crate::io::fault::WriteFault>,
 }
 
 impl Default for CopyOptions {
@@ -143,8 +148,9 @@ impl Default for CopyOptions {
             direct: true,
             bwlimit: None,
             preserve: false,
+            cancel: None,
             #[cfg(test)]
-            corrupt_write_at: None,
+            write_fault: None,
         }
     }
 }
@@ -250,6 +256,23 @@ fn io_err<'p>(
     offset: Option<u64>,
 ) -> impl FnOnce(io::Error) -> Error + 'p {
     move |e| Error::io(op, path, offset, e)
+}
+
+/// Whether the caller asked the copy to stop.
+fn cancelled(opts: &CopyOptions) -> bool {
+    opts.cancel
+        .as_ref()
+        .is_some_and(|c| c.load(Ordering::Relaxed))
+}
+
+/// The error a cancelled copy ends with.
+fn interrupted(path: &Path) -> Error {
+    Error::io(
+        "copy",
+        path,
+        None,
+        io::Error::new(io::ErrorKind::Interrupted, "interrupted"),
+    )
 }
 
 fn refused(path: &Path, why: impl Into<String>) -> Error {
@@ -486,12 +509,15 @@ fn copy_to(
                 }
             };
             let tmp_path = path.with_file_name(place::os(&tmp_name));
+            let resumable = journal.is_some() && src_id.is_some();
             let guard = TmpGuard {
+                resumable,
                 dir,
                 name: tmp_name,
                 journal,
                 state: state_dir,
                 armed: true,
+                cancel: opts.cancel.clone(),
             };
             if let Some(size) = size {
                 f.set_len(size)
@@ -500,7 +526,7 @@ fn copy_to(
             (f, tmp_path, Some(guard))
         }
     };
-    report.resumable = guard.as_ref().is_some_and(|g| g.journal.is_some());
+    report.resumable = guard.as_ref().is_some_and(|g| g.resumable);
     report.dst = match &target {
         Target::Block { path, .. } | Target::InDir { path, .. } => path.clone(),
     };
@@ -705,7 +731,7 @@ mod tests {
         let dst = dir.path().join("dst");
         let corrupt = CopyOptions {
             verify: true,
-            corrupt_write_at: Some(1_234_567),
+            write_fault: Some(crate::io::fault::WriteFault::Corrupt(1_234_567)),
             ..CopyOptions::default()
         };
         match copy(&src, &dst, &corrupt, &|_| {}) {
@@ -727,6 +753,43 @@ mod tests {
         };
         copy(&src, &dst, &unverified, &|_| {}).unwrap();
         assert_ne!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
+    }
+
+    #[test]
+    fn eio_and_enospc_on_the_destination_end_the_copy_and_remove_the_temporary_file() {
+        use crate::io::fault::WriteFault;
+        let dir = tempfile::tempdir_in(crate::testdata::scratch_root()).unwrap();
+        let src = dir.path().join("src");
+        crate::testdata::write_file(&src, 6 << 20).unwrap();
+        let dst = dir.path().join("dst");
+        for (errno, depth) in [(libc::EIO, 1), (libc::ENOSPC, 4), (libc::EIO, 4)] {
+            let opts = CopyOptions {
+                reflink: false,
+                depth,
+                chunk: Some(1 << 20),
+                write_fault: Some(WriteFault::Fail((3 << 20) + 5, errno)),
+                ..CopyOptions::default()
+            };
+            match copy(&src, &dst, &opts, &|_| {}) {
+                Err(Error::Io {
+                    op, path, source, ..
+                }) => {
+                    assert_eq!(op, "write");
+                    assert_eq!(source.raw_os_error(), Some(errno));
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    assert!(name.starts_with(".dst.ahead-"), "{name}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(!dst.exists(), "a failed copy left a destination");
+            let left: Vec<_> = fs::read_dir(dir.path())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .filter(|n| n != "src")
+                .collect();
+            assert!(left.is_empty(), "{left:?}");
+        }
     }
 
     #[test]

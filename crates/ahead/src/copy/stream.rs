@@ -26,6 +26,9 @@ pub(super) fn copy_stream(
     let mut src = src;
     let result = (|| -> Result<()> {
         loop {
+            if cancelled(opts) {
+                return Err(interrupted(src_path));
+            }
             let mut filled = 0;
             while filled < buf.len() {
                 match src.read(&mut buf[filled..]) {

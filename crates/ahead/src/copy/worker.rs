@@ -57,6 +57,9 @@ pub(super) fn copy_worker(
             if sh.failed.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            if cancelled(opts) {
+                return Err(interrupted(reader.path));
+            }
             let i = sh.next.fetch_add(1, Ordering::Relaxed) as usize;
             let Some(task) = sh.tasks.get(i) else {
                 return Ok(());

@@ -193,3 +193,15 @@ impl Backend for Fault {
         }
     }
 }
+
+/// A fault in a copy's destination writes, for the crate's own tests
+/// (`CopyOptions`'s test-only field): nothing outside them can set one, so
+/// no environment variable or caller can corrupt a program's copies.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum WriteFault {
+    /// Flip the byte at this destination offset as it is written.
+    Corrupt(u64),
+    /// Fail the write that covers this offset with this OS error.
+    Fail(u64, i32),
+}

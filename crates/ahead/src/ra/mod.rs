@@ -150,7 +150,7 @@ impl Window {
 
     /// One past the last page of the span.
     pub fn end(&self) -> u64 {
-        self.start + self.size
+        self.start.saturating_add(self.size)
     }
 
     /// The page that carries the lookahead marker, if any.
@@ -238,6 +238,16 @@ pub struct Shadow {
     /// used it: readahead thrashing.
     pub evicted_unused: bool,
 }
+
+/// The largest file [`drive`] serves, in pages: 2^56 pages are 2^65 bytes
+/// at the smallest page (512 bytes), more than any `u64` byte offset
+/// reaches, and leave the policies' window arithmetic (request sizes times a
+/// small factor, plus the maximum window) far from overflowing. Pages past
+/// it are treated as past the end of the file.
+pub const MAX_PAGES: u64 = 1 << 56;
+/// The largest maximum window a policy takes (larger settings are cut to
+/// it): 2^32 pages, 2 TiB at 512-byte pages.
+pub const MAX_WINDOW_PAGES: u64 = 1 << 32;
 
 /// A read-only view of the cache, for policies.
 pub trait CacheView {
@@ -418,7 +428,8 @@ impl Default for RaConfig {
 }
 
 /// Builds a policy.
-pub fn new_policy(kind: PolicyKind, config: RaConfig) -> Box<dyn Policy> {
+pub fn new_policy(kind: PolicyKind, mut config: RaConfig) -> Box<dyn Policy> {
+    config.max_pages = config.max_pages.min(MAX_WINDOW_PAGES);
     match kind {
         PolicyKind::Legacy => Box::new(legacy::Legacy::new(config)),
         PolicyKind::OnDemand => Box::new(ondemand::OnDemand::new(config)),
@@ -526,7 +537,7 @@ pub trait PageTable: CacheView {
 /// After `drive` returns, every page of the request (cut to the file) is
 /// present in `table`, cached or in flight.
 pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
-    let file_pages = table.file_pages();
+    let file_pages = table.file_pages().min(MAX_PAGES);
     if req.count == 0 || req.index >= file_pages {
         return;
     }
@@ -610,7 +621,7 @@ pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
 }
 
 fn submit(table: &mut dyn PageTable, window: Window) {
-    if let Some(w) = window.clip(table.file_pages()) {
+    if let Some(w) = window.clip(table.file_pages().min(MAX_PAGES)) {
         table.submit_readahead(&w);
     }
 }

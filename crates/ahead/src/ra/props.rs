@@ -166,3 +166,177 @@ proptest! {
         }
     }
 }
+
+/// Feeds `requests` seeded random requests to a policy through `Sim`:
+/// readers that come and go with forward, backward, strided and random
+/// streams interleaved on one file, and evictions of random ranges (so the
+/// policy keeps being consulted). `Sim` checks every decision with
+/// `check_window` and every submission against the file; here, every page
+/// a read asked for must be present after it. Returns pages read.
+fn fuzz(kind: PolicyKind, seed: u64, requests: u64) -> u64 {
+    const PAGES: usize = 1 << 16;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let max = [1u64, 4, 32, 256][rng.usize(..4)];
+    let mut sim = Sim::new(kind, max, PAGES);
+    if rng.bool() {
+        sim.cache.capacity = Some(rng.u64(16..4096));
+    }
+    // Up to 8 streams: (next page, request pages, step in pages).
+    let mut streams: Vec<(i64, u64, i64)> = Vec::new();
+    for _ in 0..requests {
+        if streams.is_empty() || rng.u32(..64) == 0 {
+            let n = rng.u64(1..=64);
+            let step = match rng.u32(..4) {
+                0 => n as i64,
+                1 => -(n as i64),
+                2 => n as i64 * rng.i64(2..20),
+                _ => 0, // random
+            };
+            if streams.len() == 8 {
+                streams.swap_remove(rng.usize(..8));
+            }
+            streams.push((rng.i64(0..PAGES as i64), n, step));
+        }
+        let k = rng.usize(..streams.len());
+        let (at, n, step) = streams[k];
+        let at = if step == 0 {
+            rng.i64(0..PAGES as i64 + 64)
+        } else {
+            at
+        };
+        if at < 0 || at >= PAGES as i64 + 64 {
+            streams.swap_remove(k);
+            continue;
+        }
+        let i = at as u64;
+        sim.read(i, n);
+        let end = (i + n).min(PAGES as u64);
+        if let Some(p) = (i..end).find(|&p| !sim.cache.present[p as usize]) {
+            panic!("{kind} seed {seed}: page {p} of a read of {n} at {i} is absent");
+        }
+        streams[k].0 = at + step;
+        if rng.u32(..16) == 0 {
+            let from = rng.u64(..PAGES as u64);
+            let to = (from + rng.u64(1..8192)).min(PAGES as u64);
+            sim.evict_unused(from..to);
+        }
+    }
+    sim.pages_read()
+}
+
+#[test]
+fn policies_hold_their_invariants_over_a_quarter_million_random_requests_each() {
+    // The suite's share; `fuzz_policies` (ignored) runs millions.
+    for kind in PolicyKind::ALL {
+        for seed in 0..5 {
+            assert!(fuzz(kind, seed, 50_000) > 0);
+        }
+    }
+}
+
+#[test]
+#[ignore = "minutes: cargo test --release -p ahead fuzz_policies -- --ignored"]
+fn fuzz_policies() {
+    for kind in PolicyKind::ALL {
+        for seed in 0..100 {
+            fuzz(kind, 1000 + seed, 100_000);
+        }
+    }
+}
+
+/// Requests anywhere in files of up to 2^64 - 1 pages, many at their very
+/// end, driven through `drive` over a sparse table: no overflow, every
+/// window inside the file, non-empty, at most the maximum (or the request),
+/// its marker inside, and every page a read asked for present after it.
+#[test]
+fn requests_at_the_end_of_the_largest_files_drive_without_overflow() {
+    use super::{drive, new_policy, CacheView, Lookup, PageTable, RaConfig, Request, Window};
+    use std::collections::HashSet;
+    struct Sparse {
+        pages: u64,
+        max: u64,
+        request: u64,
+        present: HashSet<u64>,
+        marked: HashSet<u64>,
+    }
+    impl CacheView for Sparse {
+        fn file_pages(&self) -> u64 {
+            self.pages
+        }
+        fn is_present(&self, index: u64) -> bool {
+            self.present.contains(&index)
+        }
+    }
+    impl PageTable for Sparse {
+        fn lookup(&self, index: u64) -> Lookup {
+            if self.present.contains(&index) {
+                Lookup::Present {
+                    marked: self.marked.contains(&index),
+                    late: false,
+                }
+            } else {
+                Lookup::Absent
+            }
+        }
+        fn clear_marker(&mut self, index: u64) {
+            self.marked.remove(&index);
+        }
+        fn submit_readahead(&mut self, w: &Window) {
+            assert!(
+                w.size > 0 && w.end() <= self.pages,
+                "{w:?} outside the file"
+            );
+            assert!(w.pages() <= self.max.max(self.request), "{w:?} too large");
+            w.for_each_run(|start, count| {
+                for p in start..start + count {
+                    self.present.insert(p);
+                }
+            });
+            if let Some(m) = w.marker_page() {
+                assert!(w.contains(m), "marker {m} outside {w:?}");
+                self.marked.insert(m);
+            }
+        }
+        fn submit_demand(&mut self, index: u64, count: u64) {
+            for p in index..index + count {
+                assert!(self.present.insert(p), "page {p} read twice");
+            }
+        }
+    }
+    let mut rng = fastrand::Rng::with_seed(7);
+    for kind in PolicyKind::ALL {
+        for max in [1u64, 32, 256] {
+            let mut policy = new_policy(kind, RaConfig::with_max_pages(max));
+            let pages = [u64::MAX, u64::MAX / 4096, rng.u64(1..)][rng.usize(..3)];
+            let mut table = Sparse {
+                pages,
+                max,
+                request: 0,
+                present: HashSet::new(),
+                marked: HashSet::new(),
+            };
+            let mut at = pages.saturating_sub(4096);
+            for _ in 0..5_000 {
+                let n = rng.u64(1..=512);
+                let index = match rng.u32(..4) {
+                    0 => pages.saturating_sub(rng.u64(1..1024)),
+                    1 => rng.u64(..pages),
+                    2 => at,
+                    _ => pages - 1,
+                };
+                at = index.saturating_add(n).min(pages - 1);
+                table.request = n;
+                if table.present.len() > 200_000 {
+                    table.present.clear();
+                    table.marked.clear();
+                }
+                drive(&mut *policy, &mut table, Request::new(index, n));
+                // Past MAX_PAGES is past the end, as far as drive goes.
+                let end = index.saturating_add(n).min(pages).min(super::MAX_PAGES);
+                if let Some(p) = (index..end).find(|p| !table.present.contains(p)) {
+                    panic!("{kind} max {max}: page {p} of {n} at {index} absent");
+                }
+            }
+        }
+    }
+}
