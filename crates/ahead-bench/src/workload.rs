@@ -491,6 +491,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Meas
                 offset: o,
                 len: bs as usize,
                 buf,
+                flags: 0,
             },
             Box::new(move |op, r| {
                 let _ = tx.send((op, r));

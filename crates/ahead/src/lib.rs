@@ -87,6 +87,7 @@
 pub mod cache;
 pub mod copy;
 mod error;
+pub mod features;
 mod file;
 pub mod io;
 pub mod ra;
@@ -95,5 +96,9 @@ pub mod sys;
 pub mod testdata;
 pub mod units;
 
+pub use cache::Stats;
 pub use error::{Error, Result};
-pub use file::{Advice, Engine, EngineConfig, File, Pages, ReadAt, Reader, Refreshed};
+pub use file::{
+    Advice, Engine, EngineConfig, File, Mode, OpenOptions, Pages, ReadAt, ReadOwned, Reader,
+    Refreshed, PROBE_STOP_RATIO, PROBE_WEIGHT, REPROBE_EVERY,
+};

@@ -9,7 +9,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::Path;
 
-use rustix::fs::{Advice, Mode, OFlags, StatxFlags};
+pub use rustix::fs::Advice;
+use rustix::fs::{Mode, OFlags, StatxFlags};
 
 /// Alignment O_DIRECT asks for when the kernel does not say (one 4 KiB page
 /// is enough for every block device of the last decade; 512 bytes is the

@@ -97,6 +97,7 @@ pub(crate) enum Slot {
 
 /// Counters, per file and per engine.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Read requests served.
     pub requests: u64,
@@ -123,6 +124,25 @@ pub struct Stats {
     /// Demand misses on pages that had been read ahead and evicted unused:
     /// readahead thrashing.
     pub evicted_before_use: u64,
+    /// Buffered mode: reads tried first with `preadv2(RWF_NOWAIT)`.
+    pub nowait_probes: u64,
+    /// Buffered mode: probes that served the whole read from the kernel's
+    /// cache.
+    pub nowait_hits: u64,
+    /// Buffered mode: bytes served by probes, on the caller's thread.
+    pub inline_bytes: u64,
+    /// Buffered and Uncached modes: reads (or rests of reads) that went to
+    /// a blocking read — the backend, or the caller's thread for the
+    /// blocking API, which waits anyway.
+    pub backend_reads: u64,
+    /// Buffered mode: kernel readahead hints issued (one per run of pages).
+    pub hints: u64,
+    /// Buffered mode: pages those hints asked for.
+    pub hinted_pages: u64,
+    /// Buffered mode: nanoseconds spent in probes.
+    pub inline_ns: u64,
+    /// Buffered and Uncached modes: nanoseconds spent in blocking reads.
+    pub backend_ns: u64,
 }
 
 impl Stats {
@@ -134,7 +154,7 @@ impl Stats {
     }
 
     /// The counters as (name, value) pairs, for reports and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 12] {
+    pub fn fields(&self) -> [(&'static str, u64); 20] {
         [
             ("requests", self.requests),
             ("bytes", self.bytes),
@@ -148,6 +168,14 @@ impl Stats {
             ("readahead_used", self.readahead_used),
             ("readahead_wasted", self.readahead_wasted),
             ("evicted_before_use", self.evicted_before_use),
+            ("nowait_probes", self.nowait_probes),
+            ("nowait_hits", self.nowait_hits),
+            ("inline_bytes", self.inline_bytes),
+            ("backend_reads", self.backend_reads),
+            ("hints", self.hints),
+            ("hinted_pages", self.hinted_pages),
+            ("inline_ns", self.inline_ns),
+            ("backend_ns", self.backend_ns),
         ]
     }
 }

@@ -4,9 +4,13 @@ use std::io;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustix::fs::OFlags;
 use std::time::Duration;
 
+use super::kernel::{start_hinter, Hint, KernelFile, Mode};
 use super::{File, FileInner, Stamp};
 use crate::cache::{EvictionKind, PageCache, Stats};
 use crate::io::{Backend, BackendKind};
@@ -70,6 +74,61 @@ impl Default for EngineConfig {
     }
 }
 
+/// How [`Engine::open_with`] opens a file.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// Direct (the default), Buffered or Uncached.
+    pub mode: Mode,
+    /// The readahead policy; `None` takes the engine's.
+    pub policy: Option<PolicyKind>,
+    /// Buffered mode: send kernel hints for the streams the kernel does not
+    /// detect (on by default).
+    pub hints: bool,
+    /// Uncached mode: use `RWF_DONTCACHE` where the kernel and file system
+    /// have it (on by default); off, the residency fallback is used.
+    pub dontcache: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            mode: Mode::Direct,
+            policy: None,
+            hints: true,
+            dontcache: true,
+        }
+    }
+}
+
+impl OpenOptions {
+    /// The defaults: Direct mode, the engine's policy, hints on.
+    pub fn new() -> OpenOptions {
+        OpenOptions::default()
+    }
+    /// Sets the mode.
+    pub fn mode(mut self, mode: Mode) -> OpenOptions {
+        self.mode = mode;
+        self
+    }
+    /// Sets the readahead policy.
+    pub fn policy(mut self, policy: PolicyKind) -> OpenOptions {
+        self.policy = Some(policy);
+        self
+    }
+    /// Lets Uncached mode use `RWF_DONTCACHE` (on) or always the residency
+    /// fallback (off).
+    pub fn dontcache(mut self, on: bool) -> OpenOptions {
+        self.dontcache = on;
+        self
+    }
+    /// Turns Buffered mode's kernel hints on or off.
+    pub fn hints(mut self, on: bool) -> OpenOptions {
+        self.hints = on;
+        self
+    }
+}
+
 pub(super) struct Shared {
     pub(super) config: EngineConfig,
     pub(super) cache: PageCache,
@@ -79,6 +138,9 @@ pub(super) struct Shared {
     pub(super) next_id: AtomicU64,
     pub(super) max_ra_pages: u64,
     pub(super) max_io_pages: usize,
+    /// The thread that issues Buffered files' kernel hints (started on first
+    /// use; `None` inside if it could not be started: no hints then).
+    pub(super) hinter: OnceLock<Option<Sender<Hint>>>,
 }
 
 /// Owns the cache and the backend; opens files. Cheap to clone.
@@ -120,6 +182,7 @@ impl Engine {
                 next_id: AtomicU64::new(0),
                 max_ra_pages,
                 max_io_pages,
+                hinter: OnceLock::new(),
                 config,
             }),
         })
@@ -190,42 +253,68 @@ impl Engine {
         self.shared.cache.lock().totals
     }
 
-    /// Opens `path` for reading with O_DIRECT (falling back to buffered
-    /// reads where the file system refuses O_DIRECT, unless
-    /// `require_direct`).
+    /// Opens `path` in Direct mode: O_DIRECT through the engine's cache
+    /// (falling back to buffered reads where the file system refuses
+    /// O_DIRECT, unless `require_direct`). See [`Engine::open_with`].
     pub fn open(&self, path: impl AsRef<Path>) -> Result<File> {
+        self.open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens `path` for reading in the mode and with the policy `opts` asks
+    /// for. The path is opened once; everything after works on that
+    /// descriptor (a Direct file's O_DIRECT descriptor is a second open of
+    /// the same file through /proc/self/fd, checked to be the same inode).
+    /// A directory, a FIFO or a device other than a block device is refused
+    /// (every mode needs random access and a size).
+    pub fn open_with(&self, path: impl AsRef<Path>, opts: &OpenOptions) -> Result<File> {
         let path = path.as_ref();
         let err = |op, e: io::Error| Error::io(op, path, None, e);
-        let meta = std::fs::metadata(path).map_err(|e| err("open", e))?;
-        if meta.is_dir() {
-            return Err(Error::Unsupported {
-                path: path.into(),
-                why: "is a directory".into(),
-            });
-        }
-        use std::os::unix::fs::FileTypeExt;
-        let ft = meta.file_type();
-        if !(ft.is_file() || ft.is_block_device()) {
-            return Err(Error::Unsupported {
-                path: path.into(),
-                why: "not a regular file or block device (direct mode needs random access)".into(),
-            });
-        }
-        let (fd, direct) = match sys::open_read(path, true) {
-            Ok(fd) => (fd, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                if self.shared.config.require_direct {
-                    return Err(Error::Unsupported {
-                        path: path.into(),
-                        why: "the file system does not support O_DIRECT".into(),
-                    });
-                }
-                (
-                    sys::open_read(path, false).map_err(|e| err("open", e))?,
-                    false,
-                )
+        // O_NONBLOCK so that a FIFO does not block the open; cleared below,
+        // as io_uring reads of an O_NONBLOCK file would not wait for data.
+        let plain = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| err("open", e.into()))?;
+        let st = rustix::fs::fstat(&plain).map_err(|e| err("stat", e.into()))?;
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        use rustix::fs::FileType;
+        match kind {
+            FileType::RegularFile | FileType::BlockDevice => {}
+            FileType::Directory => {
+                return Err(Error::Unsupported {
+                    path: path.into(),
+                    why: "is a directory".into(),
+                })
             }
-            Err(e) => return Err(err("open", e)),
+            _ => {
+                return Err(Error::Unsupported {
+                    path: path.into(),
+                    why: format!(
+                        "not a regular file or block device ({} mode needs random access)",
+                        opts.mode
+                    ),
+                })
+            }
+        }
+        rustix::fs::fcntl_setfl(&plain, OFlags::empty()).map_err(|e| err("fcntl", e.into()))?;
+        let (fd, direct) = if opts.mode == Mode::Direct {
+            match sys::reopen(&plain, OFlags::RDONLY | OFlags::DIRECT) {
+                Ok(fd) => (fd, true),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    if self.shared.config.require_direct {
+                        return Err(Error::Unsupported {
+                            path: path.into(),
+                            why: "the file system does not support O_DIRECT".into(),
+                        });
+                    }
+                    (plain, false)
+                }
+                Err(e) => return Err(err("open", e)),
+            }
+        } else {
+            (plain, false)
         };
         if direct {
             if let Some((mem, off)) = sys::dio_alignment(fd.as_fd()) {
@@ -243,17 +332,45 @@ impl Engine {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared.cache.open_file(id, stamp.size);
         let ra = RaConfig::with_max_pages(self.shared.max_ra_pages);
+        let policy_kind = opts.policy.unwrap_or(self.shared.config.policy);
+        let fd = Arc::new(fd);
+        let kernel = match opts.mode {
+            Mode::Direct => None,
+            mode => {
+                let hints = mode == Mode::Buffered && opts.hints;
+                let hinter = if hints { self.hinter() } else { None };
+                // Hints are decided in the kernel's page size.
+                let kpage = rustix::param::page_size() as u64;
+                let kra =
+                    RaConfig::with_max_pages((self.shared.config.max_readahead / kpage).max(1));
+                let policy = hints.then(|| ra::new_policy(policy_kind, kra));
+                Some(KernelFile::new(
+                    mode,
+                    fd.clone(),
+                    stamp.size,
+                    policy,
+                    hinter,
+                    opts.dontcache,
+                ))
+            }
+        };
         Ok(File {
             inner: Arc::new(FileInner {
                 engine: self.shared.clone(),
                 id,
                 path: path.into(),
-                fd: Arc::new(fd),
+                fd,
                 direct,
-                policy: Mutex::new(ra::new_policy(self.shared.config.policy, ra)),
+                kernel,
+                policy: Mutex::new(ra::new_policy(policy_kind, ra)),
                 advice: Mutex::new(Vec::new()),
                 stamp: Mutex::new(stamp),
             }),
         })
+    }
+
+    /// The engine's hint thread, started on first use.
+    fn hinter(&self) -> Option<Sender<Hint>> {
+        self.shared.hinter.get_or_init(start_hinter).clone()
     }
 }

@@ -1,18 +1,85 @@
-//! The future of an async read.
+//! The futures of async reads: one that borrows its buffer and one that
+//! owns it (so that it can be spawned).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use super::kernel::KernelRead;
 use super::{File, Issue};
-use crate::Result;
+use crate::{Error, Result};
+
+/// Where an async read stands, in either kind of file.
+#[derive(Default)]
+pub(super) struct State {
+    /// Direct: the demand reads planned by the first poll.
+    demand: Option<Vec<(u64, u64)>>,
+    /// Buffered and Uncached: the probe and the backend's read.
+    kernel: KernelRead,
+}
 
 /// The future of [`File::read_at_async`].
 pub struct ReadAt<'a> {
     pub(super) file: &'a File,
     pub(super) buf: &'a mut [u8],
     pub(super) offset: u64,
-    pub(super) demand: Option<Vec<(u64, u64)>>,
+    pub(super) state: State,
+}
+
+/// The future of [`File::read_owned`]: owns its file handle and buffer, so
+/// it is `'static` and can be spawned; gives the buffer back with the
+/// result, as io-uring and tokio-uring do.
+pub struct ReadOwned {
+    pub(super) file: File,
+    pub(super) buf: Option<Vec<u8>>,
+    pub(super) offset: u64,
+    pub(super) state: State,
+}
+
+/// Polls a read of `buf.len()` bytes at `offset` (at most one piece in
+/// Direct mode, as [`File::read_at_async`] documents).
+fn poll_read(
+    file: &File,
+    buf: &mut [u8],
+    offset: u64,
+    st: &mut State,
+    cx: &mut Context<'_>,
+) -> Poll<Result<usize>> {
+    if let Some(k) = &file.inner.kernel {
+        return st
+            .kernel
+            .poll(k, &file.inner.engine.backend, buf, offset, cx)
+            .map_err(|e| file.io_error("read", offset, e));
+    }
+    let len = file.piece_len(offset, buf.len());
+    if len == 0 {
+        return Poll::Ready(Ok(0));
+    }
+    if st.demand.is_none() {
+        st.demand = Some(file.start_piece(offset, len as u64, Issue::Backend));
+    }
+    // Ready when no page of the request is still being read; then the
+    // blocking walk below finds everything without waiting (it plans
+    // again only what eviction took meanwhile).
+    let cache = &file.inner.engine.cache;
+    {
+        let page = file.page();
+        let pages = offset / page..(offset + len as u64).div_ceil(page);
+        let mut g = cache.lock();
+        if g.any_reading(file.inner.id, pages) {
+            g.add_waker(cx.waker());
+            return Poll::Pending;
+        }
+    }
+    let demand = st.demand.take();
+    let r = file.read_piece(&mut buf[..len], offset, Issue::Inline, demand);
+    if let Ok(n) = r {
+        cache.lock().count(file.inner.id, |s| {
+            s.requests += 1;
+            s.bytes += n as u64;
+        });
+    }
+    Poll::Ready(r)
 }
 
 impl Future for ReadAt<'_> {
@@ -20,35 +87,25 @@ impl Future for ReadAt<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<usize>> {
         let this = self.get_mut();
-        let file = this.file;
-        let len = file.piece_len(this.offset, this.buf.len());
-        if len == 0 {
-            return Poll::Ready(Ok(0));
+        poll_read(this.file, this.buf, this.offset, &mut this.state, cx)
+    }
+}
+
+impl Future for ReadOwned {
+    type Output = (Vec<u8>, Result<usize>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(buf) = this.buf.as_mut() else {
+            let e = Error::Invalid {
+                what: "read_owned",
+                why: "polled again after it completed".into(),
+            };
+            return Poll::Ready((Vec::new(), Err(e)));
+        };
+        match poll_read(&this.file, buf, this.offset, &mut this.state, cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => Poll::Ready((this.buf.take().unwrap_or_default(), r)),
         }
-        if this.demand.is_none() {
-            this.demand = Some(file.start_piece(this.offset, len as u64, Issue::Backend));
-        }
-        // Ready when no page of the request is still being read; then the
-        // blocking walk below finds everything without waiting (it plans
-        // again only what eviction took meanwhile).
-        let cache = &file.inner.engine.cache;
-        {
-            let page = file.page();
-            let pages = this.offset / page..(this.offset + len as u64).div_ceil(page);
-            let mut g = cache.lock();
-            if g.any_reading(file.inner.id, pages) {
-                g.add_waker(cx.waker());
-                return Poll::Pending;
-            }
-        }
-        let demand = this.demand.take();
-        let r = file.read_piece(&mut this.buf[..len], this.offset, Issue::Inline, demand);
-        if let Ok(n) = r {
-            cache.lock().count(file.inner.id, |s| {
-                s.requests += 1;
-                s.bytes += n as u64;
-            });
-        }
-        Poll::Ready(r)
     }
 }

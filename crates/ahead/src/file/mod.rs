@@ -23,12 +23,14 @@
 
 mod engine;
 mod future;
+mod kernel;
 mod pages;
 mod reader;
 
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Engine, EngineConfig, OpenOptions};
 use engine::{Shared, FRAME_RETRY};
-pub use future::ReadAt;
+pub use future::{ReadAt, ReadOwned};
+pub use kernel::{Mode, PROBE_STOP_RATIO, PROBE_WEIGHT, REPROBE_EVERY};
 pub use pages::Pages;
 pub use reader::Reader;
 
@@ -41,7 +43,9 @@ use std::time::Duration;
 use crate::cache::{self, Collected, PageCache, Plan, Planner, Stats};
 use crate::io::{IoBuf, ReadOp};
 use crate::ra::{self, Policy, Request, Window};
-use crate::{Error, Result};
+use crate::{sys, Error, Result};
+use std::future::Future as _;
+use std::os::fd::AsFd as _;
 
 /// What says a file changed: its size and its modification and change
 /// times (a writer cannot set the change time back).
@@ -104,6 +108,9 @@ struct FileInner {
     path: PathBuf,
     fd: Arc<OwnedFd>,
     direct: bool,
+    /// Buffered and Uncached files: the kernel's cache is read instead of
+    /// the engine's.
+    kernel: Option<kernel::KernelFile>,
     policy: Mutex<Box<dyn Policy>>,
     advice: Mutex<Vec<(u64, u64, Advice)>>,
     /// The file as it was when opened or last refreshed.
@@ -120,6 +127,16 @@ impl Drop for FileInner {
 #[derive(Clone)]
 pub struct File {
     inner: Arc<FileInner>,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("path", &self.inner.path)
+            .field("mode", &self.mode())
+            .field("direct", &self.inner.direct)
+            .finish()
+    }
 }
 
 /// Whether a planned demand read runs in the caller or goes to the backend.
@@ -139,6 +156,35 @@ impl File {
     /// for file systems without O_DIRECT).
     pub fn is_direct(&self) -> bool {
         self.inner.direct
+    }
+
+    /// The mode it was opened in.
+    pub fn mode(&self) -> Mode {
+        self.inner.kernel.as_ref().map_or(Mode::Direct, |k| k.mode)
+    }
+
+    /// Buffered mode: whether the non-blocking fast path is in use (the
+    /// kernel and the file system have `RWF_NOWAIT`; see
+    /// [`crate::features::nowait`]).
+    pub fn uses_nowait(&self) -> bool {
+        self.inner.kernel.as_ref().is_some_and(|k| k.nowait())
+    }
+
+    /// Uncached mode: whether `RWF_DONTCACHE` is in use (else the
+    /// residency fallback).
+    pub fn uses_dontcache(&self) -> bool {
+        self.inner.kernel.as_ref().is_some_and(|k| k.dontcache())
+    }
+
+    /// Uncached mode: true when this file's reads cannot leave the cache as
+    /// they found it — no `RWF_DONTCACHE` here, and mincore does not tell
+    /// the truth about a file the caller neither owns nor may write — so
+    /// they drop nothing. Tell the user once.
+    pub fn residency_blind(&self) -> bool {
+        self.inner
+            .kernel
+            .as_ref()
+            .is_some_and(|k| k.residency_blind())
     }
 
     /// Size in bytes as the engine knows it.
@@ -168,6 +214,9 @@ impl File {
             });
         }
         *stamp = now;
+        if let Some(k) = &self.inner.kernel {
+            k.set_size(now.size);
+        }
         let dropped_pages = self.inner.engine.cache.drop_pages(self.inner.id, now.size);
         Ok(Refreshed {
             changed: true,
@@ -178,7 +227,10 @@ impl File {
 
     /// This file's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.engine.cache.lock().file(self.inner.id).stats
+        match &self.inner.kernel {
+            Some(k) => k.stats(),
+            None => self.inner.engine.cache.lock().file(self.inner.id).stats,
+        }
     }
 
     /// A stream over the file with its own position.
@@ -203,6 +255,19 @@ impl File {
     /// Declares how `len` bytes from `offset` will be read.
     /// [`Advice::WillNeed`] starts reading them at once.
     pub fn advise(&self, offset: u64, len: u64, advice: Advice) {
+        if let Some(k) = &self.inner.kernel {
+            // The kernel's own advice; WillNeed goes to the hint thread.
+            let a = match advice {
+                Advice::WillNeed => return k.prefetch(&[(offset, len)]),
+                Advice::Sequential => sys::Advice::Sequential,
+                Advice::Random => sys::Advice::Random,
+                Advice::Normal | Advice::Reverse => sys::Advice::Normal,
+            };
+            if k.mode == Mode::Buffered {
+                let _ = sys::fadvise(self.inner.fd.as_fd(), offset, len, a);
+            }
+            return;
+        }
         if advice == Advice::WillNeed {
             self.prefetch(&[(offset, len)]);
             return;
@@ -220,6 +285,9 @@ impl File {
     /// readahead, without waiting. Pages already cached or being read are
     /// skipped; what does not fit the budget is left out.
     pub fn prefetch(&self, ranges: &[(u64, u64)]) {
+        if let Some(k) = &self.inner.kernel {
+            return k.prefetch(ranges);
+        }
         let page = self.page();
         let shared = &self.inner.engine;
         let plans = {
@@ -328,6 +396,7 @@ impl File {
                 shared.cache.arena().clone(),
                 plan.frames.clone(),
             )),
+            flags: 0,
         }
     }
 
@@ -485,6 +554,11 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`. Returns fewer only at the
     /// end of the file (0 at or past it).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
+        if let Some(k) = &self.inner.kernel {
+            return k
+                .read_at(buf, offset)
+                .map_err(|e| self.io_error("read", offset, e));
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let at = offset + done as u64;
@@ -534,6 +608,9 @@ impl File {
     /// is planned and issued before any is waited for. Returns each
     /// request's result in order.
     pub fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<usize>> {
+        if self.inner.kernel.is_some() {
+            return self.read_many_kernel(reqs);
+        }
         let started: Vec<Option<Vec<(u64, u64)>>> = reqs
             .iter()
             .map(|(offset, buf)| {
@@ -566,6 +643,15 @@ impl File {
     /// the cache's budget (the pages lent must leave frames for the reads
     /// that fill the rest); more is an [`Error::Invalid`].
     pub fn read_pages(&self, offset: u64, len: usize) -> Result<Pages> {
+        if self.inner.kernel.is_some() {
+            return Err(Error::Unsupported {
+                path: self.inner.path.clone(),
+                why: format!(
+                    "read_pages lends pages of ahead's own cache, which a {} file does not use",
+                    self.mode()
+                ),
+            });
+        }
         let page = self.page();
         let budget = self.inner.engine.cache.frames() as u64 * page;
         if len as u64 > budget / 2 {
@@ -631,15 +717,67 @@ impl File {
         Ok(lent)
     }
 
+    /// `read_many` of a kernel-mode file: every request probed and, for
+    /// the rest, handed to the backend before any is waited for.
+    fn read_many_kernel(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<usize>> {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut futs: Vec<ReadAt<'_>> = reqs
+            .iter_mut()
+            .map(|(offset, buf)| self.read_at_async(buf, *offset))
+            .collect();
+        let mut out: Vec<Option<Result<usize>>> = (0..futs.len()).map(|_| None).collect();
+        loop {
+            let mut pending = false;
+            for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+                if o.is_none() {
+                    match std::pin::Pin::new(&mut *f).poll(&mut cx) {
+                        std::task::Poll::Ready(r) => *o = Some(r),
+                        std::task::Poll::Pending => pending = true,
+                    }
+                }
+            }
+            if !pending {
+                break;
+            }
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
+        out.into_iter().map(|o| o.unwrap_or(Ok(0))).collect()
+    }
+
+    /// Reads at `offset` into a buffer it owns, as a `'static` future that
+    /// can be spawned; the buffer comes back with the result (as io-uring
+    /// and tokio-uring do). Reads up to `buf.len()` bytes, with the limits
+    /// of [`File::read_at_async`].
+    pub fn read_owned(&self, buf: Vec<u8>, offset: u64) -> ReadOwned {
+        ReadOwned {
+            file: self.clone(),
+            buf: Some(buf),
+            offset,
+            state: Default::default(),
+        }
+    }
+
     /// Reads at `offset` into `buf`, as a future that works under any
     /// executor: the reads are issued on the first poll, and the future is
-    /// woken when they complete. At most one window is read per call.
+    /// woken when they complete. In Direct mode at most one window is read
+    /// per call. In Buffered mode the first poll tries the kernel's cache
+    /// without blocking (`RWF_NOWAIT`) and hands only the rest to the
+    /// backend; no poll blocks the executor's thread beyond that probe
+    /// (unless the backend already has its full depth in flight, when
+    /// handing over waits for a slot).
     pub fn read_at_async<'a>(&'a self, buf: &'a mut [u8], offset: u64) -> ReadAt<'a> {
         ReadAt {
             file: self,
             buf,
             offset,
-            demand: None,
+            state: Default::default(),
         }
     }
 }

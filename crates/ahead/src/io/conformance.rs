@@ -64,6 +64,7 @@ fn owned(fd: &Arc<OwnedFd>, offset: u64, len: usize) -> ReadOp {
         offset,
         len,
         buf: IoBuf::Owned(AlignedBuf::new(len, 4096)),
+        flags: 0,
     }
 }
 
@@ -111,6 +112,7 @@ fn reads_into_frames_fill_them_in_order() {
             offset: 8192,
             len: 5 * 4096,
             buf: IoBuf::Frames(FrameBuf::new(arena.clone(), vec![6, 1, 3, 0, 7])),
+            flags: 0,
         };
         let (op, r) = read(op);
         assert_eq!(r.unwrap(), 5 * 4096, "{name}");

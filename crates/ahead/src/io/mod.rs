@@ -115,6 +115,9 @@ pub struct ReadOp {
     pub len: usize,
     /// Where the bytes go.
     pub buf: IoBuf,
+    /// preadv2(2) flags (`RWF_*`), 0 for a plain read: the Uncached mode
+    /// reads with `RWF_DONTCACHE`. Backends pass them through.
+    pub flags: i32,
 }
 
 /// Called once with the operation and its result when a read completes:
@@ -171,7 +174,7 @@ fn is_direct(fd: BorrowedFd<'_>) -> bool {
     rustix::fs::fcntl_getfl(fd).map_or(true, |f| f.contains(rustix::fs::OFlags::DIRECT))
 }
 
-/// Reads `op` in the calling thread with preadv(2), with the backends'
+/// Reads `op` in the calling thread with preadv2(2), with the backends'
 /// semantics. Demand reads use this: the reader waits anyway, and doing the
 /// read itself spares a hand-off to another thread.
 pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
@@ -181,11 +184,12 @@ pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
         // SAFETY: the iovecs point into `op.buf`, which `op` owns and which
         // nobody else touches while the read runs (`&mut op`).
         let n = unsafe {
-            libc::preadv(
+            libc::preadv2(
                 op.fd.as_raw_fd(),
                 iov.as_ptr(),
                 iov.len() as libc::c_int,
                 (op.offset + done as u64) as libc::off_t,
+                op.flags,
             )
         };
         if n < 0 {

@@ -92,9 +92,18 @@ impl Uring {
 
 impl Shared {
     /// Pushes one read entry for slot `id` and enters the kernel.
-    fn push_read(&self, id: u32, fd: i32, iov: *const libc::iovec, iovcnt: usize, offset: u64) {
+    fn push_read(
+        &self,
+        id: u32,
+        fd: i32,
+        iov: *const libc::iovec,
+        iovcnt: usize,
+        offset: u64,
+        flags: i32,
+    ) {
         let entry = opcode::Readv::new(types::Fd(fd), iov, iovcnt as u32)
             .offset(offset)
+            .rw_flags(flags)
             .build()
             .user_data(id as u64);
         self.push(entry);
@@ -191,11 +200,14 @@ fn reap(shared: &Shared) {
                         rec.iov.0.as_ptr(),
                         rec.iov.0.len(),
                         rec.op.offset + done as u64,
+                        rec.op.flags,
                     )
                 })
             };
             match next {
-                Some((fd, iov, cnt, offset)) => shared.push_read(id, fd, iov, cnt, offset),
+                Some((fd, iov, cnt, offset, flags)) => {
+                    shared.push_read(id, fd, iov, cnt, offset, flags)
+                }
                 None => {
                     let rec = shared.finish(id);
                     let result = if res < 0 {
@@ -221,7 +233,7 @@ impl Backend for Uring {
 
     fn submit(&self, mut op: ReadOp, done: Completion) {
         let iov = IoVecs(op.buf.iovecs(0, op.len));
-        let (fd, offset) = (op.fd.as_raw_fd(), op.offset);
+        let (fd, offset, flags) = (op.fd.as_raw_fd(), op.offset, op.flags);
         let (ptr, cnt) = (iov.0.as_ptr(), iov.0.len());
         let id = {
             let mut slots = self.shared.slots.lock().unwrap();
@@ -238,7 +250,7 @@ impl Backend for Uring {
             });
             id
         };
-        self.shared.push_read(id, fd, ptr, cnt, offset);
+        self.shared.push_read(id, fd, ptr, cnt, offset, flags);
     }
 }
 

@@ -1,0 +1,666 @@
+//! The Buffered and Uncached modes: reads through the kernel's page cache.
+//!
+//! **Buffered** (seed 004): a read is first tried with
+//! `preadv2(RWF_NOWAIT)` on the caller's thread, which copies what the
+//! kernel has cached and never waits for the device; only the rest goes to
+//! a blocking read (the backend for the async API, the caller's own thread
+//! for the blocking one, which waits anyway). So a cached read never waits
+//! in a queue behind an uncached one. Each file keeps a smoothed hit ratio
+//! of its probes: a file that rarely hits stops being probed (the probe
+//! would be a wasted system call per read) and is probed again now and then,
+//! so that a file that becomes cached is noticed. The `ahead` readahead
+//! policy sees every request; for the streams the kernel does not detect
+//! (backward and strided) it sends `POSIX_FADV_WILLNEED` hints for the
+//! windows it decides to a helper thread, so that the caller never blocks on
+//! a hint; forward windows are left to the kernel's own readahead.
+//!
+//! **Uncached**: reads that leave the kernel's cache as they found it.
+//! `RWF_DONTCACHE` (Linux 6.14) where the file system supports it: pages
+//! this read brings in leave with it, pages cached before stay. Elsewhere,
+//! the residency of the request's pages is looked at just before the read
+//! (mincore) and only the pages that were not cached are dropped after it
+//! (`POSIX_FADV_DONTNEED`), with the kernel's readahead turned off for the
+//! descriptor (`POSIX_FADV_RANDOM`) so that it brings in nothing the read
+//! did not ask for. Where residency cannot be seen (mincore answers
+//! "cached" for every page of a file the caller neither owns nor may
+//! write), nothing is dropped and [`super::File::residency_blind`] says so.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use crate::cache::Stats;
+use crate::io::{AlignedBuf, Backend, IoBuf, ReadOp};
+use crate::ra::{self, CacheView, Lookup, PageTable, Policy, Request, Shape, Window};
+use crate::sys;
+
+/// How a file is read. Chosen per file, when it is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// O_DIRECT through ahead's own cache and readahead (falls back to
+    /// buffered descriptors where the file system refuses O_DIRECT).
+    #[default]
+    Direct,
+    /// The kernel's cache, with a non-blocking fast path for cached data
+    /// and kernel hints for the streams the kernel does not detect.
+    Buffered,
+    /// The kernel's cache left as it was found.
+    Uncached,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "direct" => Ok(Mode::Direct),
+            "buffered" => Ok(Mode::Buffered),
+            "uncached" => Ok(Mode::Uncached),
+            _ => Err(format!("unknown mode '{s}' (direct, buffered, uncached)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Direct => "direct",
+            Mode::Buffered => "buffered",
+            Mode::Uncached => "uncached",
+        })
+    }
+}
+
+/// The weight of each new probe in a file's smoothed hit ratio: 1/8, the
+/// gain TCP gives each new sample of its smoothed round-trip time (RFC
+/// 6298). From the optimistic start (1.0), 18 misses in a row take a file
+/// below [`PROBE_STOP_RATIO`].
+pub const PROBE_WEIGHT: f64 = 1.0 / 8.0;
+/// Below this smoothed hit ratio a file's reads go straight to a blocking
+/// read: the probe would cost a system call and find nothing nine times in
+/// ten. The seed's authors kept "fast reads" only for files with a good hit
+/// ratio without giving a figure; 10% is where a probe (about 1 µs on a
+/// miss) stops paying for itself against a 100 µs device read saved once
+/// in ten.
+pub const PROBE_STOP_RATIO: f64 = 0.10;
+/// While a file is not probed, every this-many-th read probes anyway, so a
+/// file that becomes cached is noticed within a few dozen reads (3% of reads
+/// spent probing a cold file).
+pub const REPROBE_EVERY: u32 = 32;
+/// Most pages a file's hint table remembers; past it the table starts
+/// afresh (the policy then sees a cold file and re-learns its streams).
+const HINT_TABLE_PAGES: usize = 1 << 16;
+/// Fixed-point scale of the hit ratio.
+const RATIO_ONE: u32 = 1 << 16;
+
+/// Counters of a kernel-mode file.
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    probes: AtomicU64,
+    probe_hits: AtomicU64,
+    inline_bytes: AtomicU64,
+    backend_reads: AtomicU64,
+    hints: AtomicU64,
+    hinted_pages: AtomicU64,
+    inline_ns: AtomicU64,
+    backend_ns: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+fn nanos(t: Instant) -> u64 {
+    t.elapsed().as_nanos().min(u64::MAX as u128) as u64
+}
+
+/// A file read through the kernel's cache.
+pub(super) struct KernelFile {
+    pub(super) mode: Mode,
+    fd: Arc<OwnedFd>,
+    page: u64,
+    /// RWF_NOWAIT works here (the process-wide probe and the file system);
+    /// cleared if a read says otherwise.
+    nowait: AtomicBool,
+    /// RWF_DONTCACHE works here; cleared if a read says otherwise.
+    dontcache: AtomicBool,
+    /// mincore tells the truth about this file (Uncached's fallback).
+    residency_visible: bool,
+    /// Smoothed probe hit ratio, in 1/65536.
+    ratio: AtomicU32,
+    /// Reads since the last probe while probing is off.
+    skipped: AtomicU32,
+    /// The readahead policy and the pages it has seen, for hints.
+    hints: Option<Mutex<Hints>>,
+    hinter: Option<Sender<Hint>>,
+    counters: Counters,
+}
+
+/// The Buffered mode's readahead state.
+struct Hints {
+    policy: Box<dyn Policy>,
+    table: HintTable,
+}
+
+/// Hints for the helper thread: `(offset, len)` byte runs of one file.
+pub(super) struct Hint {
+    fd: Arc<OwnedFd>,
+    runs: Vec<(u64, u64)>,
+}
+
+/// Starts the thread that issues an engine's kernel hints. It ends when the
+/// engine (the last sender) is gone.
+pub(super) fn start_hinter() -> Option<Sender<Hint>> {
+    let (tx, rx) = channel::<Hint>();
+    std::thread::Builder::new()
+        .name("ahead-hints".into())
+        .spawn(move || {
+            for h in rx {
+                for (offset, len) in h.runs {
+                    let _ = sys::fadvise(h.fd.as_fd(), offset, len, sys::Advice::WillNeed);
+                }
+            }
+        })
+        .ok()?;
+    Some(tx)
+}
+
+/// What the policy sees of a kernel-mode file: the pages it has read or
+/// hinted (whether the kernel still holds them is not asked: a hint for a
+/// cached page costs the helper a lookup, not a read).
+struct HintTable {
+    pages: u64,
+    present: std::collections::HashSet<u64>,
+    marked: std::collections::HashSet<u64>,
+    windows: Vec<Window>,
+}
+
+impl CacheView for HintTable {
+    fn file_pages(&self) -> u64 {
+        self.pages
+    }
+    fn is_present(&self, index: u64) -> bool {
+        self.present.contains(&index)
+    }
+}
+
+impl PageTable for HintTable {
+    fn lookup(&self, index: u64) -> Lookup {
+        if self.present.contains(&index) {
+            Lookup::Present {
+                marked: self.marked.contains(&index),
+                late: false,
+            }
+        } else {
+            Lookup::Absent
+        }
+    }
+    fn clear_marker(&mut self, index: u64) {
+        self.marked.remove(&index);
+    }
+    fn submit_readahead(&mut self, window: &Window) {
+        window.for_each_run(|start, count| {
+            for p in start..start + count {
+                self.present.insert(p);
+            }
+        });
+        if let Some(m) = window.marker_page() {
+            self.marked.insert(m);
+        }
+        self.windows.push(*window);
+    }
+    fn submit_demand(&mut self, index: u64, count: u64) {
+        for p in index..index + count {
+            self.present.insert(p);
+        }
+    }
+}
+
+/// Whether an error says the flag is not supported here.
+fn unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+    )
+}
+
+impl KernelFile {
+    pub(super) fn new(
+        mode: Mode,
+        fd: Arc<OwnedFd>,
+        size: u64,
+        policy: Option<Box<dyn Policy>>,
+        hinter: Option<Sender<Hint>>,
+        allow_dontcache: bool,
+    ) -> KernelFile {
+        let nowait = mode == Mode::Buffered && crate::features::nowait_on(fd.as_fd()).available;
+        let dontcache = mode == Mode::Uncached
+            && allow_dontcache
+            && crate::features::dontcache(fd.as_fd()).available;
+        let residency_visible = sys::may_see_residency(fd.as_fd());
+        // The kernel's page: mincore and fadvise work in it.
+        let page = rustix::param::page_size() as u64;
+        if mode == Mode::Uncached && !dontcache {
+            // Kernel readahead would bring in pages the read did not ask
+            // for, which the fallback cannot tell from others' pages.
+            let _ = sys::fadvise(fd.as_fd(), 0, 0, sys::Advice::Random);
+        }
+        let hints = (mode == Mode::Buffered)
+            .then_some(policy)
+            .flatten()
+            .map(|policy| {
+                Mutex::new(Hints {
+                    policy,
+                    table: HintTable {
+                        pages: size.div_ceil(page),
+                        present: Default::default(),
+                        marked: Default::default(),
+                        windows: Vec::new(),
+                    },
+                })
+            });
+        KernelFile {
+            mode,
+            fd,
+            page,
+            nowait: AtomicBool::new(nowait),
+            dontcache: AtomicBool::new(dontcache),
+            residency_visible,
+            ratio: AtomicU32::new(RATIO_ONE),
+            skipped: AtomicU32::new(0),
+            hinter: if hints.is_some() { hinter } else { None },
+            hints,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Whether Uncached reads of this file cannot see residency and so
+    /// drop nothing (RWF_DONTCACHE unsupported and mincore untrustworthy).
+    pub(super) fn residency_blind(&self) -> bool {
+        self.mode == Mode::Uncached
+            && !self.dontcache.load(Ordering::Relaxed)
+            && !self.residency_visible
+    }
+
+    /// Whether the fast path is in use (the kernel and the file system have
+    /// RWF_NOWAIT).
+    pub(super) fn nowait(&self) -> bool {
+        self.nowait.load(Ordering::Relaxed)
+    }
+
+    /// Whether RWF_DONTCACHE is in use.
+    pub(super) fn dontcache(&self) -> bool {
+        self.dontcache.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_size(&self, size: u64) {
+        if let Some(h) = &self.hints {
+            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
+            h.table.pages = size.div_ceil(self.page);
+            h.table.present.clear();
+            h.table.marked.clear();
+        }
+    }
+
+    pub(super) fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            requests: l(&c.requests),
+            bytes: l(&c.bytes),
+            nowait_probes: l(&c.probes),
+            nowait_hits: l(&c.probe_hits),
+            inline_bytes: l(&c.inline_bytes),
+            backend_reads: l(&c.backend_reads),
+            hints: l(&c.hints),
+            hinted_pages: l(&c.hinted_pages),
+            inline_ns: l(&c.inline_ns),
+            backend_ns: l(&c.backend_ns),
+            ..Stats::default()
+        }
+    }
+
+    /// Whether this read should be tried with RWF_NOWAIT first.
+    fn should_probe(&self) -> bool {
+        if self.mode != Mode::Buffered || !self.nowait() {
+            return false;
+        }
+        let ratio = self.ratio.load(Ordering::Relaxed) as f64 / RATIO_ONE as f64;
+        if ratio >= PROBE_STOP_RATIO {
+            return true;
+        }
+        let n = self.skipped.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= REPROBE_EVERY {
+            self.skipped.store(0, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Folds one probe's outcome into the smoothed hit ratio.
+    fn record(&self, hit: bool) {
+        let old = self.ratio.load(Ordering::Relaxed) as f64;
+        let sample = if hit { RATIO_ONE as f64 } else { 0.0 };
+        let new = old + PROBE_WEIGHT * (sample - old);
+        self.ratio.store(new.round() as u32, Ordering::Relaxed);
+    }
+
+    /// The probe: reads what the kernel has cached of `buf.len()` bytes at
+    /// `offset` without waiting for the device. Returns the bytes served.
+    fn probe(&self, buf: &mut [u8], offset: u64) -> usize {
+        if buf.is_empty() || !self.should_probe() {
+            return 0;
+        }
+        let t = Instant::now();
+        add(&self.counters.probes, 1);
+        let n = match sys::pread_flags(self.fd.as_fd(), buf, offset, libc::RWF_NOWAIT) {
+            Ok(n) => n,
+            Err(e) if unsupported(&e) => {
+                // The file system refuses the flag after all.
+                self.nowait.store(false, Ordering::Relaxed);
+                0
+            }
+            // EAGAIN: not cached. A real error is found again, and
+            // reported, by the blocking read.
+            Err(_) => 0,
+        };
+        let hit = n == buf.len();
+        self.record(hit);
+        if hit {
+            add(&self.counters.probe_hits, 1);
+        }
+        add(&self.counters.inline_bytes, n as u64);
+        add(&self.counters.inline_ns, nanos(t));
+        n
+    }
+
+    /// Feeds a request to the readahead policy and sends the hints it
+    /// decides (backward and strided windows) to the helper thread.
+    fn hint(&self, offset: u64, len: usize) {
+        let (Some(h), Some(tx)) = (&self.hints, &self.hinter) else {
+            return;
+        };
+        let windows = {
+            let mut g = h.lock().unwrap_or_else(|p| p.into_inner());
+            let Hints { policy, table } = &mut *g;
+            if table.present.len() > HINT_TABLE_PAGES {
+                table.present.clear();
+                table.marked.clear();
+            }
+            let first = offset / self.page;
+            let count = (offset + len as u64).div_ceil(self.page) - first;
+            ra::drive(&mut **policy, table, Request::new(first, count.max(1)));
+            std::mem::take(&mut table.windows)
+        };
+        let mut runs = Vec::new();
+        for w in windows {
+            if matches!(w.shape, Shape::Forward) {
+                continue; // the kernel's own readahead follows forward streams
+            }
+            w.for_each_run(|start, count| runs.push((start * self.page, count * self.page)));
+        }
+        if runs.is_empty() {
+            return;
+        }
+        add(&self.counters.hints, runs.len() as u64);
+        let pages: u64 = runs.iter().map(|r| r.1 / self.page).sum();
+        add(&self.counters.hinted_pages, pages);
+        let _ = tx.send(Hint {
+            fd: self.fd.clone(),
+            runs,
+        });
+    }
+
+    /// The page-aligned span of `len` bytes at `offset`.
+    fn span(&self, offset: u64, len: usize) -> (u64, usize) {
+        let start = offset / self.page * self.page;
+        let end = (offset + len as u64).div_ceil(self.page) * self.page;
+        (start, (end - start) as usize)
+    }
+
+    /// Uncached fallback: which pages of the span are cached now (None when
+    /// nothing will be dropped).
+    fn residency_before(&self, offset: u64, len: usize) -> Option<(u64, Vec<bool>)> {
+        if self.mode != Mode::Uncached || self.dontcache() || !self.residency_visible {
+            return None;
+        }
+        let (start, span) = self.span(offset, len);
+        let mut v = Vec::new();
+        sys::mincore(self.fd.as_fd(), start, span, &mut v).ok()?;
+        Some((start, v))
+    }
+
+    /// Uncached fallback: drops the pages that were not cached just before
+    /// the read. The look comes right before the read and the drop right
+    /// after it, to keep short the window in which another process may
+    /// start using a page this read brought in: mincore cannot say who
+    /// brought a page in, so such a page would be dropped too (RWF_DONTCACHE
+    /// has no such window: the kernel knows).
+    fn drop_new(fd: &OwnedFd, page: u64, before: Option<(u64, Vec<bool>)>) {
+        let Some((start, resident)) = before else {
+            return;
+        };
+        let mut i = 0;
+        while i < resident.len() {
+            if resident[i] {
+                i += 1;
+                continue;
+            }
+            let from = i;
+            while i < resident.len() && !resident[i] {
+                i += 1;
+            }
+            let _ = sys::fadvise(
+                fd.as_fd(),
+                start + from as u64 * page,
+                (i - from) as u64 * page,
+                sys::Advice::DontNeed,
+            );
+        }
+    }
+
+    fn flags(&self) -> i32 {
+        if self.mode == Mode::Uncached && self.dontcache() {
+            sys::RWF_DONTCACHE
+        } else {
+            0
+        }
+    }
+
+    /// A blocking read of `buf.len()` bytes at `offset` (continued until
+    /// complete or the end of the file), with the mode's flags.
+    fn read_blocking(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            match sys::pread_flags(self.fd.as_fd(), &mut buf[done..], at, self.flags()) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if self.flags() != 0 && unsupported(&e) => {
+                    // RWF_DONTCACHE refused after all: the fallback from now.
+                    self.dontcache.store(false, Ordering::Relaxed);
+                    let _ = sys::fadvise(self.fd.as_fd(), 0, 0, sys::Advice::Random);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset`, blocking: the probe, then
+    /// the rest on this thread.
+    pub(super) fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let done = self.probe(buf, offset);
+        self.hint(offset, buf.len());
+        let mut n = done;
+        if done < buf.len() {
+            let t = Instant::now();
+            add(&self.counters.backend_reads, 1);
+            let before = self.residency_before(offset + done as u64, buf.len() - done);
+            let r = self.read_blocking(&mut buf[done..], offset + done as u64);
+            KernelFile::drop_new(&self.fd, self.page, before);
+            add(&self.counters.backend_ns, nanos(t));
+            n += r?;
+        }
+        add(&self.counters.requests, 1);
+        add(&self.counters.bytes, n as u64);
+        Ok(n)
+    }
+
+    /// Prefetches byte ranges into the kernel's cache (Buffered; in
+    /// Uncached mode a prefetch would leave pages behind, so it does
+    /// nothing).
+    pub(super) fn prefetch(&self, ranges: &[(u64, u64)]) {
+        if self.mode != Mode::Buffered {
+            return;
+        }
+        if let Some(tx) = &self.hinter {
+            let runs: Vec<(u64, u64)> = ranges.iter().copied().filter(|r| r.1 > 0).collect();
+            add(&self.counters.hints, runs.len() as u64);
+            let _ = tx.send(Hint {
+                fd: self.fd.clone(),
+                runs,
+            });
+        }
+    }
+}
+
+/// Where an async kernel-mode read stands.
+#[derive(Default)]
+pub(super) enum KernelRead {
+    /// Not started.
+    #[default]
+    Start,
+    /// The probe served `done` bytes; the rest is with the backend.
+    Waiting {
+        done: usize,
+        slot: Arc<Slot>,
+        started: Instant,
+    },
+    /// Finished (polled again after Ready).
+    Done,
+}
+
+/// Where the backend leaves a completed read and whom to wake.
+#[derive(Default)]
+pub(super) struct Slot {
+    result: Mutex<Option<(ReadOp, std::io::Result<usize>)>>,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl KernelRead {
+    /// Polls a read of `buf.len()` bytes at `offset`: the first poll probes
+    /// inline and hands the rest to the backend, which never blocks the
+    /// caller beyond the probe (unless the backend already has its full
+    /// depth in flight); later polls copy the backend's bytes out.
+    pub(super) fn poll(
+        &mut self,
+        kf: &KernelFile,
+        backend: &Arc<dyn Backend>,
+        buf: &mut [u8],
+        offset: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            match std::mem::take(self) {
+                KernelRead::Start => {
+                    let done = kf.probe(buf, offset);
+                    kf.hint(offset, buf.len());
+                    if done == buf.len() {
+                        add(&kf.counters.requests, 1);
+                        add(&kf.counters.bytes, done as u64);
+                        *self = KernelRead::Done;
+                        return Poll::Ready(Ok(done));
+                    }
+                    let rest = buf.len() - done;
+                    let at = offset + done as u64;
+                    let slot = Arc::new(Slot::default());
+                    *slot.waker.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(cx.waker().clone());
+                    let before = kf.residency_before(at, rest);
+                    let (fd, page) = (kf.fd.clone(), kf.page);
+                    let s = slot.clone();
+                    add(&kf.counters.backend_reads, 1);
+                    let op = ReadOp {
+                        fd: kf.fd.clone(),
+                        offset: at,
+                        len: rest,
+                        buf: IoBuf::Owned(AlignedBuf::new(rest, 512)),
+                        flags: kf.flags(),
+                    };
+                    *self = KernelRead::Waiting {
+                        done,
+                        slot,
+                        started: Instant::now(),
+                    };
+                    backend.submit(
+                        op,
+                        Box::new(move |op, r| {
+                            KernelFile::drop_new(&fd, page, before);
+                            *s.result.lock().unwrap_or_else(|p| p.into_inner()) = Some((op, r));
+                            let w = s.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+                            if let Some(w) = w {
+                                w.wake();
+                            }
+                        }),
+                    );
+                    // Completed already? Look before sleeping.
+                }
+                KernelRead::Waiting {
+                    done,
+                    slot,
+                    started,
+                } => {
+                    let got = slot.result.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let Some((op, r)) = got else {
+                        *slot.waker.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(cx.waker().clone());
+                        // The completion may have come between the two locks.
+                        let got = slot.result.lock().unwrap_or_else(|p| p.into_inner()).take();
+                        match got {
+                            None => {
+                                *self = KernelRead::Waiting {
+                                    done,
+                                    slot,
+                                    started,
+                                };
+                                return Poll::Pending;
+                            }
+                            Some(x) => {
+                                return Poll::Ready(self.finish(kf, buf, done, started, x));
+                            }
+                        }
+                    };
+                    return Poll::Ready(self.finish(kf, buf, done, started, (op, r)));
+                }
+                KernelRead::Done => return Poll::Ready(Ok(0)),
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        kf: &KernelFile,
+        buf: &mut [u8],
+        done: usize,
+        started: Instant,
+        (op, r): (ReadOp, std::io::Result<usize>),
+    ) -> std::io::Result<usize> {
+        *self = KernelRead::Done;
+        add(&kf.counters.backend_ns, nanos(started));
+        let n = r?;
+        if let IoBuf::Owned(b) = &op.buf {
+            buf[done..done + n].copy_from_slice(&b.as_slice()[..n]);
+        }
+        add(&kf.counters.requests, 1);
+        add(&kf.counters.bytes, (done + n) as u64);
+        Ok(done + n)
+    }
+}
