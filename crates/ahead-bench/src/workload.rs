@@ -70,13 +70,15 @@ pub enum Engine {
     Kernel,
     /// Kernel `pread` on an O_DIRECT descriptor (no cache, no readahead).
     KernelDirect,
-    /// ahead's Direct mode with this configuration; `zero_copy` uses
-    /// `read_pages` instead of `read_at`.
+    /// ahead with this configuration, files opened in `mode`; `zero_copy`
+    /// uses `read_pages` instead of `read_at` (Direct mode only).
     Ahead {
         /// Engine settings.
         config: EngineConfig,
         /// Lend pages instead of copying.
         zero_copy: bool,
+        /// Direct, Buffered or Uncached.
+        mode: ahead::Mode,
     },
     /// Large O_DIRECT reads through io_uring at high depth: what the device
     /// can do. `bs` and depth come from the workload.
@@ -90,11 +92,13 @@ impl Engine {
             Engine::Kernel => "kernel",
             Engine::KernelDirect => "kernel-direct",
             Engine::Ahead {
-                zero_copy: false, ..
-            } => "ahead",
-            Engine::Ahead {
                 zero_copy: true, ..
             } => "ahead-zero-copy",
+            Engine::Ahead { mode, .. } => match mode {
+                ahead::Mode::Buffered => "ahead-buffered",
+                ahead::Mode::Uncached => "ahead-uncached",
+                _ => "ahead",
+            },
             Engine::DeviceLimit => "device-limit",
         }
     }
@@ -261,9 +265,15 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
             })
             .map(|m| Measurement { direct, ..m })
         }
-        Engine::Ahead { config, zero_copy } => {
+        Engine::Ahead {
+            config,
+            zero_copy,
+            mode,
+        } => {
             let eng = AheadEngine::new(config.clone()).map_err(|e| e.to_string())?;
-            let file = eng.open(path).map_err(|e| e.to_string())?;
+            let file = eng
+                .open_with(path, &ahead::OpenOptions::new().mode(*mode))
+                .map_err(|e| e.to_string())?;
             if w.warm {
                 for p in &parts {
                     ahead_reads(&file, false, w.bs, p, None)?;
@@ -277,7 +287,11 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
                     ahead_reads(&file, *zero_copy, w.bs, offs, lat)
                 })?
             };
-            m.stats = Some(eng.stats());
+            m.stats = Some(if *mode == ahead::Mode::Direct {
+                eng.stats()
+            } else {
+                file.stats()
+            });
             m.direct = file.is_direct();
             Ok(m)
         }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use ahead::units::{format_size, parse_size};
+use ahead::Mode;
 use ahead_bench::report::{bar_chart, Table};
 use ahead_bench::workload::{self, Engine, Measurement, Pattern, Workload};
 use anyhow::{bail, Context, Result};
@@ -42,6 +43,10 @@ pub struct BenchArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
+    /// Which of ahead's modes run beside the kernel: all, direct, buffered
+    /// or uncached.
+    #[arg(long, default_value = "all")]
+    mode: String,
     #[command(subcommand)]
     what: Option<BenchWhat>,
 }
@@ -84,18 +89,37 @@ impl Row {
     }
 }
 
-fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig) -> Vec<Case> {
+fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) -> Vec<Case> {
     let k = |q: u64, full: u64| if quick { q } else { full };
-    let a = || Engine::Ahead {
+    let with = |mode: Mode| Engine::Ahead {
         config: ahead.clone(),
         zero_copy: false,
+        mode,
     };
-    let kernels = || vec![Engine::Kernel, Engine::KernelDirect, a()];
+    let has = |m: Mode| modes.contains(&m);
+    // ahead's engines for the selected modes; Uncached only where a cold
+    // read is measured (it is a cold-read mode).
+    let aheads = |uncached: bool| -> Vec<Engine> {
+        modes
+            .iter()
+            .filter(|&&m| uncached || m != Mode::Uncached)
+            .map(|&m| with(m))
+            .collect()
+    };
+    let kernels = || {
+        let mut v = vec![Engine::Kernel, Engine::KernelDirect];
+        v.extend(aheads(false));
+        v
+    };
     let mut v = vec![
         Case {
             name: "seq",
             workload: Workload::new(Pattern::Seq, 4096),
-            engines: kernels(),
+            engines: {
+                let mut v = vec![Engine::Kernel, Engine::KernelDirect];
+                v.extend(aheads(true));
+                v
+            },
         },
         Case {
             name: "seq",
@@ -136,12 +160,12 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig) -> Vec<Case> {
                 bytes: k(256 << 20, 1 << 30),
                 ..Workload::new(Pattern::Random, 64 << 10)
             },
-            engines: vec![
-                Engine::Kernel,
-                Engine::KernelDirect,
-                a(),
-                Engine::DeviceLimit,
-            ],
+            engines: {
+                let mut v = vec![Engine::Kernel, Engine::KernelDirect];
+                v.extend(aheads(false));
+                v.push(Engine::DeviceLimit);
+                v
+            },
         },
         Case {
             name: "random-4k",
@@ -166,14 +190,18 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig) -> Vec<Case> {
             bytes: k(256 << 20, 1 << 30),
             ..Workload::new(Pattern::Random, 16 << 10)
         },
-        engines: vec![
-            Engine::Kernel,
-            a(),
-            Engine::Ahead {
-                config: ahead.clone(),
-                zero_copy: true,
-            },
-        ],
+        engines: {
+            let mut v = vec![Engine::Kernel];
+            v.extend(aheads(false));
+            if has(Mode::Direct) {
+                v.push(Engine::Ahead {
+                    config: ahead.clone(),
+                    zero_copy: true,
+                    mode: Mode::Direct,
+                });
+            }
+            v
+        },
     });
     v
 }
@@ -219,7 +247,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let started = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
-    let cases = cases(size, args.quick, &config);
+    let modes: Vec<Mode> = match args.mode.as_str() {
+        "all" => vec![Mode::Direct, Mode::Buffered, Mode::Uncached],
+        m => vec![m.parse().map_err(anyhow::Error::msg)?],
+    };
+    let cases = cases(size, args.quick, &config, &modes);
     for rep in 0..reps {
         for case in &cases {
             // Rotate the engines' order each repetition, so that none always

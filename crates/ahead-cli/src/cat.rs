@@ -17,6 +17,11 @@ pub struct CatArgs {
     /// Files to print, in order (`-`: standard input).
     #[arg(required = true)]
     files: Vec<PathBuf>,
+    /// How regular files are read: direct (ahead's cache), buffered (the
+    /// kernel's, cached data served without blocking) or uncached (leaves
+    /// the kernel's cache as it was).
+    #[arg(long, default_value = "direct")]
+    mode: ahead::Mode,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -29,8 +34,10 @@ pub fn run(args: CatArgs) -> Result<bool> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let mut ok = true;
+    let mut warned_blind = false;
+    let opts = ahead::OpenOptions::new().mode(args.mode);
     for path in &args.files {
-        match copy(&engine, path, &mut out) {
+        match copy(&engine, &opts, path, &mut out, &mut warned_blind) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ok),
             Err(e) => {
@@ -49,7 +56,13 @@ pub fn run(args: CatArgs) -> Result<bool> {
     Ok(ok)
 }
 
-fn copy(engine: &ahead::Engine, path: &PathBuf, out: &mut impl Write) -> io::Result<()> {
+fn copy(
+    engine: &ahead::Engine,
+    opts: &ahead::OpenOptions,
+    path: &PathBuf,
+    out: &mut impl Write,
+    warned_blind: &mut bool,
+) -> io::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     if path.as_os_str() == "-" {
         return stream(&mut io::stdin().lock(), out);
@@ -64,9 +77,18 @@ fn copy(engine: &ahead::Engine, path: &PathBuf, out: &mut impl Write) -> io::Res
         return stream(&mut f, out)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())));
     }
-    let file = engine.open(path)?;
-    if !file.is_direct() {
+    let file = engine.open_with(path, opts)?;
+    if opts.mode == ahead::Mode::Direct && !file.is_direct() {
         crate::read::warn_not_direct(path);
+    }
+    if file.residency_blind() && !*warned_blind {
+        *warned_blind = true;
+        eprintln!(
+            "ahead: warning: {}: no RWF_DONTCACHE here and residency cannot be seen (the file \
+             is neither yours nor writable by you): --mode uncached cannot tell which pages \
+             it brought in, and drops none",
+            path.display()
+        );
     }
     let mut reader = file.reader();
     loop {

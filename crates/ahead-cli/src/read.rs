@@ -63,7 +63,8 @@ pub struct ReadArgs {
     /// Stop after this many bytes (default: the whole pattern).
     #[arg(long)]
     bytes: Option<String>,
-    /// Who reads: direct (ahead), kernel (buffered pread), kernel-direct (O_DIRECT pread).
+    /// Who reads: ahead in direct, buffered or uncached mode; or the
+    /// kernel: kernel (buffered pread), kernel-direct (O_DIRECT pread).
     #[arg(long, default_value = "direct")]
     mode: String,
     #[command(flatten)]
@@ -95,13 +96,17 @@ pub fn run(args: ReadArgs) -> Result<()> {
         None => 0,
     };
     let engine = match args.mode.as_str() {
-        "direct" | "ahead" => Engine::Ahead {
-            config: args.engine.config()?,
-            zero_copy: false,
-        },
         "kernel" => Engine::Kernel,
         "kernel-direct" => Engine::KernelDirect,
-        m => bail!("--mode: unknown mode '{m}' (direct, kernel, kernel-direct)"),
+        m => Engine::Ahead {
+            config: args.engine.config()?,
+            zero_copy: false,
+            mode: if m == "ahead" { "direct" } else { m }
+                .parse()
+                .map_err(|e: String| {
+                    anyhow::anyhow!("--mode: {e}; or the kernel's: kernel, kernel-direct")
+                })?,
+        },
     };
     let w = Workload {
         depth: args.depth.max(1),
@@ -111,7 +116,16 @@ pub fn run(args: ReadArgs) -> Result<()> {
         ..Workload::new(pattern, bs)
     };
     let m = workload::run(&args.file, &engine, &w).map_err(anyhow::Error::msg)?;
-    if !m.direct && matches!(engine, Engine::Ahead { .. }) && !args.json {
+    if !m.direct
+        && matches!(
+            engine,
+            Engine::Ahead {
+                mode: ahead::Mode::Direct,
+                ..
+            }
+        )
+        && !args.json
+    {
         warn_not_direct(&args.file);
     }
     if args.json {

@@ -47,7 +47,11 @@ fn evict_warm_and_stat_tell_the_same_story() {
     assert_eq!(v["files"][0]["bytes_read"], 0);
 
     let v = json(&ahead(&["evict", "--json", s(&f)]));
-    assert_eq!(v["files"][0]["cached_before"], 1025);
+    // The kernel's proactive reclaim may have taken some of the pages
+    // since the warm (untouched ones go after about 3 s: MEASURING.md),
+    // which a loaded test machine can reach between two commands.
+    let before = v["files"][0]["cached_before"].as_u64().unwrap();
+    assert!((1..=1025).contains(&before), "{v}");
     assert_eq!(v["files"][0]["cached_after"], 0);
 }
 
