@@ -5,6 +5,7 @@ mod bench;
 mod bench_copy;
 mod cat;
 mod copy;
+mod doctor;
 mod read;
 mod resident;
 mod sim;
@@ -45,6 +46,10 @@ enum Command {
     /// Mixed reads from many threads through a small cache, every byte
     /// compared with the kernel's.
     Stress(stress::StressArgs),
+    /// Which kernel features ahead found (io_uring, RWF_NOWAIT,
+    /// RWF_DONTCACHE, O_DIRECT, cachestat), the file system and device
+    /// under PATH, cgroup I/O limits, and what ahead does about each.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// `v` with the fields of the object `more` added (JSON summaries built
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         Command::Evict(args) => resident::evict(args),
         Command::Warm(args) => resident::warm(args),
         Command::Stress(args) => stress::run(args),
+        Command::Doctor(args) => doctor::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

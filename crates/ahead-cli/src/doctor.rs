@@ -1,0 +1,213 @@
+//! `ahead doctor`: which kernel features ahead found, on which file system
+//! and device, and what it does about each.
+
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use ahead::features::{self, Found};
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+
+/// Arguments of `ahead doctor`.
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// A file, or a directory, on the file system to look at (default: the
+    /// current directory).
+    path: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn found(f: &Found) -> Value {
+    json!({"available": f.available, "why": f.why})
+}
+
+/// Runs `ahead doctor`.
+pub fn run(args: DoctorArgs) -> Result<()> {
+    let path = args.path.unwrap_or_else(|| PathBuf::from("."));
+    let meta = std::fs::metadata(&path).with_context(|| format!("{}", path.display()))?;
+    // Probes that need a regular file use PATH if it is one, else an
+    // unnamed temporary file in PATH (O_TMPFILE: nothing is left behind).
+    let (file, probe_note) = if meta.is_file() {
+        (
+            Some(std::fs::File::open(&path).with_context(|| format!("{}", path.display()))?),
+            None,
+        )
+    } else {
+        match tempfile::tempfile_in(&path) {
+            Ok(mut f) => {
+                use std::io::Write as _;
+                let _ = f.write_all(&[0u8; 8192]);
+                (Some(f), None)
+            }
+            Err(e) => (None, Some(format!("no probe file could be made here: {e}"))),
+        }
+    };
+    let dir = std::fs::File::open(if meta.is_file() {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+    } else {
+        &path
+    })?;
+    let not_probed = || Found {
+        available: false,
+        why: probe_note.clone().unwrap_or_default(),
+    };
+    let kernel = features::kernel_release().unwrap_or_else(|| "unknown".into());
+    let (uring, ops) = features::io_uring();
+    let nowait = features::nowait();
+    let nowait_here = file
+        .as_ref()
+        .map_or_else(not_probed, |f| features::nowait_on(f));
+    let dontcache = file
+        .as_ref()
+        .map_or_else(not_probed, |f| features::dontcache(f));
+    let (direct, align) = file
+        .as_ref()
+        .map_or_else(|| (not_probed(), None), |f| features::direct_io(f));
+    let cachestat = file
+        .as_ref()
+        .map_or_else(not_probed, |f| features::cachestat(f));
+    let fs = features::filesystem(dir.as_fd());
+    let device = features::device_of(meta.dev());
+    let limits = features::cgroup_io_limits();
+
+    if args.json {
+        let v = json!({
+            "path": path.display().to_string(),
+            "kernel": kernel,
+            "io_uring": {
+                "available": uring.available,
+                "why": uring.why,
+                "ops": ops.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
+            },
+            "rwf_nowait": found(nowait),
+            "rwf_nowait_here": found(&nowait_here),
+            "rwf_dontcache": found(&dontcache),
+            "o_direct": {
+                "available": direct.available,
+                "why": direct.why,
+                "memory_alignment": align.map(|a| a.0),
+                "offset_alignment": align.map(|a| a.1),
+            },
+            "cachestat": found(&cachestat),
+            "filesystem": fs,
+            "device": device.as_ref().map(|d| json!({
+                "name": d.name,
+                "read_ahead_kb": d.read_ahead_kb,
+                "max_sectors_kb": d.max_sectors_kb,
+                "scheduler": d.scheduler,
+                "rotational": d.rotational,
+            })),
+            "cgroup_io_limits": limits,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+
+    let yes = |f: &Found| if f.available { "yes" } else { "no" };
+    let mut out = String::new();
+    let mut line = |what: &str, value: String, action: &str| {
+        out += &format!("{what:<16} {value}\n{:<16} → {action}\n", "");
+    };
+    line("kernel", kernel, "features are probed at run time; nothing is assumed from the version except RWF_NOWAIT (below 5.11: off)");
+    let supported: Vec<&str> = ops.iter().filter(|o| o.1).map(|o| o.0).collect();
+    line(
+        "io_uring",
+        format!(
+            "{} ({}); ops: {}",
+            yes(&uring),
+            uring.why,
+            supported.join(", ")
+        ),
+        if uring.available {
+            "Direct mode's reads and Buffered misses go to an io_uring backend (--backend uring|pool|auto)"
+        } else {
+            "the thread-pool backend (preadv) is used instead"
+        },
+    );
+    line(
+        "RWF_NOWAIT",
+        format!(
+            "{} ({}); here: {} ({})",
+            yes(nowait),
+            nowait.why,
+            yes(&nowait_here),
+            nowait_here.why
+        ),
+        if nowait_here.available {
+            "Buffered mode serves cached reads inline without blocking"
+        } else {
+            "Buffered mode sends every read to a blocking read (no fast path)"
+        },
+    );
+    line(
+        "RWF_DONTCACHE",
+        format!("{} ({})", yes(&dontcache), dontcache.why),
+        if dontcache.available {
+            "Uncached mode and copy read with it: pages they bring in leave with them"
+        } else {
+            "Uncached mode and copy use mincore before and DONTNEED after, of only the pages they brought in"
+        },
+    );
+    line(
+        "O_DIRECT",
+        match align {
+            Some((m, o)) => format!(
+                "{} ({}); alignment: memory {m}, offset {o}",
+                yes(&direct),
+                direct.why
+            ),
+            None => format!("{} ({})", yes(&direct), direct.why),
+        },
+        if direct.available {
+            "Direct mode reads past the kernel's cache into ahead's own"
+        } else {
+            "Direct mode falls back to buffered descriptors (with a warning); Buffered and Uncached work"
+        },
+    );
+    line(
+        "cachestat",
+        format!("{} ({})", yes(&cachestat), cachestat.why),
+        if cachestat.available {
+            "stat/evict/warm and copy count cached pages with it"
+        } else {
+            "mincore is used instead (and refused where it would lie: files you neither own nor may write)"
+        },
+    );
+    line("file system", fs, "");
+    match &device {
+        Some(d) => line(
+            "device",
+            format!(
+                "{}: read_ahead_kb {}, max_sectors_kb {}, scheduler {}, rotational {}",
+                d.name,
+                d.read_ahead_kb.map_or("?".into(), |v| v.to_string()),
+                d.max_sectors_kb.map_or("?".into(), |v| v.to_string()),
+                d.scheduler.clone().unwrap_or_else(|| "?".into()),
+                d.rotational.map_or("?".into(), |v| v.to_string()),
+            ),
+            "copy sizes its chunks from max_sectors_kb; the kernel's own readahead (read_ahead_kb) serves Buffered forward streams",
+        ),
+        None => line("device", "none (not a block device's file system)".into(), "no device queue to tune"),
+    }
+    line(
+        "cgroup I/O limit",
+        if limits.is_empty() {
+            "none".into()
+        } else {
+            limits.join("; ")
+        },
+        if limits.is_empty() {
+            "nothing limits this process's I/O"
+        } else {
+            "every figure measured here is capped by these limits"
+        },
+    );
+    print!("{}", out.replace("\n                 → \n", "\n"));
+    Ok(())
+}

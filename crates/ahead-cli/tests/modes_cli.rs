@@ -1,0 +1,130 @@
+//! The modes through the binary: `read`/`cat --mode`, `doctor`, and bad
+//! input in the kernel modes.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::{ahead, as_nobody, gen, mkfifo, ok_json, s, scratch, stderr};
+
+#[test]
+fn cat_prints_the_same_bytes_in_every_mode() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", (3 << 20) + 123);
+    let want = std::fs::read(&f).unwrap();
+    for mode in ["direct", "buffered", "uncached"] {
+        let o = ahead(&["cat", "--mode", mode, s(&f)]);
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        assert!(o.stdout == want, "{mode}: cat printed other bytes");
+    }
+    let o = ahead(&["cat", "--mode", "psychic", s(&f)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("direct, buffered, uncached"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn read_json_carries_the_buffered_counters() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 8 << 20);
+    let v = ok_json(&ahead(&[
+        "read",
+        "--mode",
+        "buffered",
+        "--pattern",
+        "reverse",
+        "--json",
+        s(&f),
+    ]));
+    assert_eq!(v["engine"], "ahead-buffered");
+    for k in [
+        "nowait_probes",
+        "nowait_hits",
+        "inline_bytes",
+        "backend_reads",
+        "hints",
+    ] {
+        assert!(v[k].is_u64(), "{k} missing: {v}");
+    }
+    assert_eq!(v["requests"], 2048);
+    assert_eq!(v["bytes"], 8 << 20);
+    let v = ok_json(&ahead(&["read", "--mode", "uncached", "--json", s(&f)]));
+    assert_eq!(v["engine"], "ahead-uncached");
+    assert_eq!(v["bytes"], 8 << 20);
+}
+
+#[test]
+fn kernel_modes_refuse_a_fifo_and_report_no_permission() {
+    let dir = scratch();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    for mode in ["buffered", "uncached"] {
+        let o = ahead(&["read", "--mode", mode, s(&fifo)]);
+        assert_eq!(o.status.code(), Some(1), "{mode}");
+        assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    }
+    let f = gen(dir.path(), "secret", 1 << 20);
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    for mode in ["buffered", "uncached"] {
+        let Some(o) = as_nobody(
+            "kernel_modes_refuse_a_fifo_and_report_no_permission",
+            &["cat", "--mode", mode, s(&f)],
+        ) else {
+            return;
+        };
+        assert_eq!(o.status.code(), Some(1), "{mode}");
+        assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
+fn doctor_names_every_feature_and_what_tmpfs_lacks() {
+    let dir = scratch();
+    let v = ok_json(&ahead(&["doctor", "--json", s(dir.path())]));
+    for k in [
+        "kernel",
+        "io_uring",
+        "rwf_nowait",
+        "rwf_nowait_here",
+        "rwf_dontcache",
+        "o_direct",
+        "cachestat",
+        "filesystem",
+        "device",
+        "cgroup_io_limits",
+    ] {
+        assert!(v.get(k).is_some(), "{k} missing: {v}");
+    }
+    assert!(v["rwf_dontcache"]["available"].is_boolean());
+    // Nothing is left behind in the directory probed.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let text = ahead(&["doctor", s(dir.path())]);
+    assert!(text.status.success());
+    let out = String::from_utf8_lossy(&text.stdout);
+    for line in [
+        "io_uring",
+        "RWF_NOWAIT",
+        "RWF_DONTCACHE",
+        "O_DIRECT",
+        "cachestat",
+    ] {
+        assert!(out.contains(line), "{out}");
+    }
+    match tempfile::tempdir_in("/dev/shm") {
+        Ok(shm) => {
+            let v = ok_json(&ahead(&["doctor", "--json", s(shm.path())]));
+            assert_eq!(v["filesystem"], "tmpfs");
+            assert_eq!(v["rwf_dontcache"]["available"], false, "{v}");
+            assert_eq!(v["rwf_nowait_here"]["available"], false, "{v}");
+            assert!(v["device"].is_null());
+        }
+        Err(e) => eprintln!("SKIP the tmpfs half: {e}"),
+    }
+    let o = ahead(&["doctor", "/nonexistent"]);
+    assert_eq!(o.status.code(), Some(1));
+}
