@@ -62,16 +62,16 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     let nowait = features::nowait();
     let nowait_here = file
         .as_ref()
-        .map_or_else(not_probed, |f| features::nowait_on(f));
+        .map_or_else(not_probed, features::nowait_on);
     let dontcache = file
         .as_ref()
-        .map_or_else(not_probed, |f| features::dontcache(f));
+        .map_or_else(not_probed, features::dontcache);
     let (direct, align) = file
         .as_ref()
-        .map_or_else(|| (not_probed(), None), |f| features::direct_io(f));
+        .map_or_else(|| (not_probed(), None), features::direct_io);
     let cachestat = file
         .as_ref()
-        .map_or_else(not_probed, |f| features::cachestat(f));
+        .map_or_else(not_probed, features::cachestat);
     let fs = features::filesystem(dir.as_fd());
     let device = features::device_of(meta.dev());
     let limits = features::cgroup_io_limits();
