@@ -15,6 +15,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod mix;
 pub mod report;
 pub mod stress;
 pub mod workload;

@@ -506,6 +506,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Meas
                 len: bs as usize,
                 buf,
                 flags: 0,
+                known_miss: false,
             },
             Box::new(move |op, r| {
                 let _ = tx.send((op, r));

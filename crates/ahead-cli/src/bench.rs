@@ -56,6 +56,10 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// `ahead copy` vs `cp && sync` and nbdcopy: half-cached, sparse, kill -9 + resume.
     Copy(crate::bench_copy::CopyBenchArgs),
+    /// Seed 004's mixed-latency loop: cached, uncached and sequential 16 KiB
+    /// reads kept in flight by ahead's Buffered mode, a thread pool,
+    /// io_uring and blocking preads.
+    Mix(crate::bench_mix::MixArgs),
 }
 
 /// One benchmark case: a named pattern and the engines that run it.
@@ -208,8 +212,10 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) ->
 
 /// Runs `ahead bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
-    if let Some(BenchWhat::Copy(c)) = args.what {
-        return crate::bench_copy::run(c);
+    match args.what {
+        Some(BenchWhat::Copy(c)) => return crate::bench_copy::run(c),
+        Some(BenchWhat::Mix(m)) => return crate::bench_mix::run(m),
+        None => {}
     }
     let config = args.engine.config()?;
     ahead::Engine::new(config.clone())?;
@@ -328,8 +334,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ),
     }
     let peak = per_run;
+    // The mixed-latency loop, short, in the quick run.
+    let mix_rows = if args.quick {
+        println!();
+        let mut m = crate::bench_mix::MixArgs::quick();
+        m.dir = args.dir.clone();
+        crate::bench_mix::measure(&m)?
+    } else {
+        Vec::new()
+    };
     if let Some(j) = &args.json {
         let mut v: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        v.extend(mix_rows.iter().map(crate::bench_mix::MixRow::json));
         v.push(serde_json::json!({
             "pattern": "peak-rss",
             "engine": "ahead",
@@ -346,7 +362,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn default_dir() -> Result<PathBuf> {
+pub(crate) fn default_dir() -> Result<PathBuf> {
     let tmp = std::env::temp_dir();
     if ahead::testdata::supports_direct(&tmp) {
         return Ok(tmp);

@@ -60,18 +60,12 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     let kernel = features::kernel_release().unwrap_or_else(|| "unknown".into());
     let (uring, ops) = features::io_uring();
     let nowait = features::nowait();
-    let nowait_here = file
-        .as_ref()
-        .map_or_else(not_probed, features::nowait_on);
-    let dontcache = file
-        .as_ref()
-        .map_or_else(not_probed, features::dontcache);
+    let nowait_here = file.as_ref().map_or_else(not_probed, features::nowait_on);
+    let dontcache = file.as_ref().map_or_else(not_probed, features::dontcache);
     let (direct, align) = file
         .as_ref()
         .map_or_else(|| (not_probed(), None), features::direct_io);
-    let cachestat = file
-        .as_ref()
-        .map_or_else(not_probed, features::cachestat);
+    let cachestat = file.as_ref().map_or_else(not_probed, features::cachestat);
     let fs = features::filesystem(dir.as_fd());
     let device = features::device_of(meta.dev());
     let limits = features::cgroup_io_limits();

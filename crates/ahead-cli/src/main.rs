@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_copy;
+mod bench_mix;
 mod cat;
 mod copy;
 mod doctor;

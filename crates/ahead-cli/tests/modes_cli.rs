@@ -128,3 +128,56 @@ fn doctor_names_every_feature_and_what_tmpfs_lacks() {
     let o = ahead(&["doctor", "/nonexistent"]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+#[test]
+fn bench_mix_writes_every_engine_and_class_with_latency_percentiles() {
+    let dir = scratch();
+    let json = dir.path().join("mix.json");
+    let plot = dir.path().join("mix.svg");
+    let o = ahead(&[
+        "bench",
+        "mix",
+        "--seconds",
+        "0.3",
+        "--reps",
+        "1",
+        "--f1-size",
+        "8m",
+        "--big-size",
+        "32m",
+        "--dir",
+        s(dir.path()),
+        "--json",
+        s(&json),
+        "--plot",
+        s(&plot),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    for e in ["ahead-buffered", "pool-only", "io_uring", "pread"] {
+        for p in ["mix-f1", "mix-f2", "mix-f3", "mix-f1-alone"] {
+            let r = rows
+                .iter()
+                .find(|r| r["engine"] == e && r["pattern"] == p)
+                .unwrap_or_else(|| panic!("no row {e} {p}"));
+            for k in ["p50_us", "p90_us", "p99_us", "p999_us", "mb_s"] {
+                assert!(r[k].as_f64().unwrap() > 0.0, "{e} {p} {k}: {r}");
+            }
+            assert!(r["p50_us"].as_f64() <= r["p999_us"].as_f64());
+        }
+    }
+    let a = rows
+        .iter()
+        .find(|r| r["engine"] == "ahead-buffered" && r["pattern"] == "mix-f1")
+        .unwrap();
+    assert!(a["inline_share"].as_f64().unwrap() > 0.5, "{a}");
+    assert!(std::fs::read_to_string(&plot).unwrap().starts_with("<svg"));
+    // Nothing but what was asked for is left in the directory.
+    let mut left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["mix.json", "mix.svg"]);
+}

@@ -48,7 +48,7 @@ fn poll_read(
     if let Some(k) = &file.inner.kernel {
         return st
             .kernel
-            .poll(k, &file.inner.engine.backend, buf, offset, cx)
+            .poll(k, file.inner.engine.buffered_backend(), buf, offset, cx)
             .map_err(|e| file.io_error("read", offset, e));
     }
     let len = file.piece_len(offset, buf.len());

@@ -620,6 +620,9 @@ impl KernelRead {
                         len: rest,
                         buf: IoBuf::Owned(AlignedBuf::new(rest, 512)),
                         flags: kf.flags(),
+                        // The probe missed (or was skipped for a file that
+                        // rarely hits).
+                        known_miss: true,
                     };
                     *self = KernelRead::Waiting {
                         done,

@@ -397,6 +397,7 @@ impl File {
                 plan.frames.clone(),
             )),
             flags: 0,
+            known_miss: false,
         }
     }
 

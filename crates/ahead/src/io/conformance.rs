@@ -65,6 +65,7 @@ fn owned(fd: &Arc<OwnedFd>, offset: u64, len: usize) -> ReadOp {
         len,
         buf: IoBuf::Owned(AlignedBuf::new(len, 4096)),
         flags: 0,
+        known_miss: false,
     }
 }
 
@@ -113,6 +114,7 @@ fn reads_into_frames_fill_them_in_order() {
             len: 5 * 4096,
             buf: IoBuf::Frames(FrameBuf::new(arena.clone(), vec![6, 1, 3, 0, 7])),
             flags: 0,
+            known_miss: false,
         };
         let (op, r) = read(op);
         assert_eq!(r.unwrap(), 5 * 4096, "{name}");

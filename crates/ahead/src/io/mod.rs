@@ -118,6 +118,12 @@ pub struct ReadOp {
     /// preadv2(2) flags (`RWF_*`), 0 for a plain read: the Uncached mode
     /// reads with `RWF_DONTCACHE`. Backends pass them through.
     pub flags: i32,
+    /// The data is known not to be cached (a Buffered read whose
+    /// non-blocking probe missed): io_uring hands it to its workers at once
+    /// (IOSQE_ASYNC) instead of first trying it on the submitting thread,
+    /// as PostgreSQL does once several reads are in flight. The pool
+    /// ignores it.
+    pub known_miss: bool,
 }
 
 /// Called once with the operation and its result when a read completes:

@@ -99,12 +99,18 @@ impl Shared {
         iov: *const libc::iovec,
         iovcnt: usize,
         offset: u64,
-        flags: i32,
+        (flags, known_miss): (i32, bool),
     ) {
+        let sqe_flags = if known_miss {
+            io_uring::squeue::Flags::ASYNC
+        } else {
+            io_uring::squeue::Flags::empty()
+        };
         let entry = opcode::Readv::new(types::Fd(fd), iov, iovcnt as u32)
             .offset(offset)
             .rw_flags(flags)
             .build()
+            .flags(sqe_flags)
             .user_data(id as u64);
         self.push(entry);
     }
@@ -200,7 +206,7 @@ fn reap(shared: &Shared) {
                         rec.iov.0.as_ptr(),
                         rec.iov.0.len(),
                         rec.op.offset + done as u64,
-                        rec.op.flags,
+                        (rec.op.flags, rec.op.known_miss),
                     )
                 })
             };
@@ -233,7 +239,7 @@ impl Backend for Uring {
 
     fn submit(&self, mut op: ReadOp, done: Completion) {
         let iov = IoVecs(op.buf.iovecs(0, op.len));
-        let (fd, offset, flags) = (op.fd.as_raw_fd(), op.offset, op.flags);
+        let (fd, offset, flags) = (op.fd.as_raw_fd(), op.offset, (op.flags, op.known_miss));
         let (ptr, cnt) = (iov.0.as_ptr(), iov.0.len());
         let id = {
             let mut slots = self.shared.slots.lock().unwrap();
