@@ -186,10 +186,17 @@ pub(super) fn start_hinter() -> Option<Sender<Hint>> {
 /// cached page costs the helper a lookup, not a read).
 struct HintTable {
     pages: u64,
-    present: std::collections::HashSet<u64>,
-    marked: std::collections::HashSet<u64>,
+    present: PageSet,
+    marked: PageSet,
     windows: Vec<Window>,
 }
+
+/// A set of page indexes with the cache's cheap hasher (SipHash cost more
+/// than the read it bookkeeps).
+type PageSet = std::collections::HashSet<
+    u64,
+    std::hash::BuildHasherDefault<crate::cache::IndexHasher>,
+>;
 
 impl CacheView for HintTable {
     fn file_pages(&self) -> u64 {
@@ -393,8 +400,11 @@ impl KernelFile {
     }
 
     /// Feeds a request to the readahead policy and sends the hints it
-    /// decides (backward and strided windows) to the helper thread.
-    fn hint(&self, offset: u64, len: usize) {
+    /// decides to the helper thread. As in the kernel's on-demand
+    /// readahead, the policy is consulted only at misses and lookahead
+    /// markers: a request the probe served whole (`cached`) that carries no
+    /// marker costs nothing more.
+    fn hint(&self, offset: u64, len: usize, cached: bool) {
         let (Some(h), Some(tx)) = (&self.hints, &self.hinter) else {
             return;
         };
@@ -407,12 +417,15 @@ impl KernelFile {
             } = &mut *g;
             let sequential = *last_end == offset;
             *last_end = offset + len as u64;
+            let first = offset / self.page;
+            let count = (offset + len as u64).div_ceil(self.page) - first;
+            if cached && !(first..first + count).any(|p| table.marked.contains(&p)) {
+                return;
+            }
             if table.present.len() > HINT_TABLE_PAGES {
                 table.present.clear();
                 table.marked.clear();
             }
-            let first = offset / self.page;
-            let count = (offset + len as u64).div_ceil(self.page) - first;
             ra::drive(&mut **policy, table, Request::new(first, count.max(1)));
             (std::mem::take(&mut table.windows), sequential)
         };
@@ -420,17 +433,33 @@ impl KernelFile {
             // The kernel's own readahead follows a plain forward stream.
             return;
         }
-        let mut runs = Vec::new();
+        // Page runs, less the request's own pages (the caller reads those
+        // itself: a hint for them is a wasted system call on the helper).
+        let (req_first, req_end) = (
+            offset / self.page,
+            (offset + len as u64).div_ceil(self.page),
+        );
+        let mut page_runs: Vec<(u64, u64)> = Vec::new();
+        let mut push = |start: u64, count: u64| {
+            let end = start + count;
+            for (s, e) in [(start, end.min(req_first)), (start.max(req_end), end)] {
+                if s < e {
+                    page_runs.push((s, e - s));
+                }
+            }
+        };
         for w in windows {
             match w.shape {
                 Shape::Strided { run, period } if (period - run) * self.page <= HINT_GAP_MAX => {
-                    runs.push((w.start * self.page, w.size * self.page))
+                    push(w.start, w.size)
                 }
-                _ => {
-                    w.for_each_run(|start, count| runs.push((start * self.page, count * self.page)))
-                }
+                _ => w.for_each_run(&mut push),
             }
         }
+        let runs: Vec<(u64, u64)> = page_runs
+            .into_iter()
+            .map(|(s, n)| (s * self.page, n * self.page))
+            .collect();
         if runs.is_empty() {
             return;
         }
@@ -524,7 +553,7 @@ impl KernelFile {
     /// the rest on this thread.
     pub(super) fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
         let done = self.probe(buf, offset);
-        self.hint(offset, buf.len());
+        self.hint(offset, buf.len(), done == buf.len());
         let mut n = done;
         if done < buf.len() {
             let t = Instant::now();
@@ -598,7 +627,7 @@ impl KernelRead {
             match std::mem::take(self) {
                 KernelRead::Start => {
                     let done = kf.probe(buf, offset);
-                    kf.hint(offset, buf.len());
+                    kf.hint(offset, buf.len(), done == buf.len());
                     if done == buf.len() {
                         add(&kf.counters.requests, 1);
                         add(&kf.counters.bytes, done as u64);
