@@ -97,6 +97,8 @@ pub struct MixConfig {
     pub ahead_backend: BackendKind,
     /// ahead's kernel hints.
     pub hints: bool,
+    /// Threads (or ring depth) of ahead's miss backend; 0: `inflight`.
+    pub ahead_depth: usize,
 }
 
 /// One class's figures.
@@ -401,7 +403,11 @@ fn run_ahead(
     deadline: Duration,
 ) -> Result<MixResult, String> {
     let engine = ahead::Engine::new(ahead::EngineConfig {
-        depth: cfg.inflight.max(1),
+        depth: if cfg.ahead_depth > 0 {
+            cfg.ahead_depth
+        } else {
+            cfg.inflight.max(1)
+        },
         buffered_backend: cfg.ahead_backend,
         ..ahead::EngineConfig::default()
     })

@@ -420,7 +420,10 @@ fn table(rows: &[Row]) -> String {
             .runs
             .last()
             .filter(|m| m.stats.is_some() && !r.pattern.starts_with("cached"))
-            .and_then(|m| m.stats.map(|s| (s.device_bytes, m.bytes)))
+            // The kernel modes read through the kernel's cache: ahead does
+            // not see their device bytes.
+            .and_then(|m| m.stats.filter(|s| s.device_reads > 0))
+            .and_then(|s| r.runs.last().map(|m| (s.device_bytes, m.bytes)))
             .filter(|&(_, b)| b > 0)
             .map_or(String::new(), |(d, b)| {
                 format!("{:.2}", d as f64 / b as f64)

@@ -48,6 +48,12 @@ pub struct MixArgs {
     /// No kernel readahead hints from ahead-buffered.
     #[arg(long)]
     no_hints: bool,
+    /// Threads of ahead-buffered's miss backend (default: --inflight).
+    #[arg(long, default_value_t = 0)]
+    ahead_depth: usize,
+    /// Only these engines (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    engines: Vec<String>,
 }
 
 impl MixArgs {
@@ -65,6 +71,8 @@ impl MixArgs {
             plot: None,
             ahead_backend: "pool".into(),
             no_hints: false,
+            ahead_depth: 0,
+            engines: Vec::new(),
         }
     }
 }
@@ -154,7 +162,13 @@ pub fn measure(args: &MixArgs) -> Result<Vec<MixRow>> {
         }),
     };
     for rep in 0..reps {
-        let mut order = MixEngine::ALL.to_vec();
+        let mut order: Vec<MixEngine> = MixEngine::ALL
+            .into_iter()
+            .filter(|e| args.engines.is_empty() || args.engines.iter().any(|n| n == e.name()))
+            .collect();
+        if order.is_empty() {
+            bail!("--engines: none of ahead-buffered, pool-only, io_uring, pread");
+        }
         let n = order.len();
         order.rotate_left(rep % n);
         for engine in order {
@@ -167,6 +181,7 @@ pub fn measure(args: &MixArgs) -> Result<Vec<MixRow>> {
                     f1_alone: alone,
                     ahead_backend: backend,
                     hints: !args.no_hints,
+                    ahead_depth: args.ahead_depth,
                 };
                 let r = mix::run(&files, engine, &cfg)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", engine.name()))?;
@@ -251,10 +266,12 @@ fn table(rows: &[MixRow], reps: usize, seconds: f64, inflight: usize, backend: &
     ) {
         out += &format!("ahead-buffered f1 p99 in the mix / alone = {:.2}×\n", m / s);
     }
-    out += &format!(
-        "total MB/s: ahead-buffered / pool-only = {:.2}×\n",
-        total("ahead-buffered") / total("pool-only").max(1e-9)
-    );
+    if total("ahead-buffered") > 0.0 && total("pool-only") > 0.0 {
+        out += &format!(
+            "total MB/s: ahead-buffered / pool-only = {:.2}×\n",
+            total("ahead-buffered") / total("pool-only")
+        );
+    }
     out += &format!(
         "16 KiB reads, {inflight} in flight, {seconds} s per run, {reps} repetition(s), medians; \
          misses of ahead-buffered go to its {backend} backend\n"

@@ -8,9 +8,17 @@
 //!
 //! This crate is the library. Today it holds:
 //!
-//! * [`Engine`] and [`File`] — Direct mode: O_DIRECT reads through ahead's
-//!   own page cache ([`cache`]) and readahead, over an I/O backend ([`io`]:
-//!   io_uring or a thread pool);
+//! * [`Engine`] and [`File`], opened in one of three [`Mode`]s per file
+//!   ([`OpenOptions`]): `Direct` — O_DIRECT reads through ahead's own page
+//!   cache ([`cache`]) and readahead, over an I/O backend ([`io`]: io_uring
+//!   or a thread pool); `Buffered` — the kernel's cache, cached data served
+//!   by a non-blocking `preadv2(RWF_NOWAIT)` on the caller's thread and only
+//!   misses handed to the backend, with kernel hints for the streams the
+//!   kernel does not detect; `Uncached` — reads that leave the kernel's
+//!   cache as they found it (`RWF_DONTCACHE`, or residency before and
+//!   `DONTNEED` after). `docs/modes.md` in the repository is the reference;
+//! * [`features`] — the kernel features ahead uses, probed at run time
+//!   (what `ahead doctor` prints);
 //! * [`ra`] — the readahead policies (pure decision logic) and the
 //!   [`ra::drive`] function that every engine uses to consult them;
 //! * [`residency`] — the kernel page cache's view of a file (cachestat,
@@ -40,6 +48,40 @@
 //! let stats = file.stats();
 //! assert_eq!(stats.requests, 256);
 //! assert!(stats.hits + stats.late > 200);
+//! # std::fs::remove_file(&path).unwrap();
+//! # Ok::<(), ahead::Error>(())
+//! ```
+//!
+//! A file in Buffered mode, read by a spawned task with an owned buffer:
+//!
+//! ```
+//! use ahead::{Engine, EngineConfig, Mode, OpenOptions};
+//!
+//! # let dir = ahead::testdata::scratch_root();
+//! # let path = dir.join(format!("ahead-doc-b-{}", std::process::id()));
+//! # ahead::testdata::write_file(&path, 1 << 20).unwrap();
+//! let engine = Engine::new(EngineConfig::default())?;
+//! let file = engine.open_with(&path, &OpenOptions::new().mode(Mode::Buffered))?;
+//! // Any executor; here the future is simply driven to completion.
+//! let fut = file.read_owned(vec![0u8; 16 << 10], 4096);
+//! let (buf, n) = futures_lite_block_on(fut);
+//! assert_eq!(n?, 16 << 10);
+//! assert_eq!(ahead::testdata::first_mismatch(&buf, 4096), None);
+//! // Cached reads are served inline by the probe where the kernel has
+//! // RWF_NOWAIT; the rest by a blocking read.
+//! let s = file.stats();
+//! assert_eq!(s.nowait_hits + s.backend_reads, 1);
+//! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     struct W(std::thread::Thread);
+//! #     impl std::task::Wake for W { fn wake(self: std::sync::Arc<Self>) { self.0.unpark() } }
+//! #     let waker = std::task::Waker::from(std::sync::Arc::new(W(std::thread::current())));
+//! #     let mut cx = std::task::Context::from_waker(&waker);
+//! #     let mut f = std::pin::pin!(f);
+//! #     loop {
+//! #         if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; }
+//! #         std::thread::park();
+//! #     }
+//! # }
 //! # std::fs::remove_file(&path).unwrap();
 //! # Ok::<(), ahead::Error>(())
 //! ```

@@ -193,10 +193,8 @@ struct HintTable {
 
 /// A set of page indexes with the cache's cheap hasher (SipHash cost more
 /// than the read it bookkeeps).
-type PageSet = std::collections::HashSet<
-    u64,
-    std::hash::BuildHasherDefault<crate::cache::IndexHasher>,
->;
+type PageSet =
+    std::collections::HashSet<u64, std::hash::BuildHasherDefault<crate::cache::IndexHasher>>;
 
 impl CacheView for HintTable {
     fn file_pages(&self) -> u64 {
