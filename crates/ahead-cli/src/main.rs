@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Kernel vs ahead on real files: every read pattern, cold, side by side.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Read a file with an access pattern and report throughput and counters.
     Read(read::ReadArgs),
     /// Print files through ahead's engine (like cat).
@@ -72,7 +72,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Copy(_) => unreachable!("handled above"),
-        Command::Bench(args) => bench::run(args).map(|()| true),
+        Command::Bench(args) => bench::run(*args).map(|()| true),
         Command::Read(args) => read::run(args).map(|()| true),
         Command::Cat(args) => cat::run(args),
         Command::Sim(args) => sim::run(args).map(|()| true),
