@@ -402,15 +402,16 @@ fn run_ahead(
     f3_next: Arc<AtomicU64>,
     deadline: Duration,
 ) -> Result<MixResult, String> {
-    let engine = ahead::Engine::new(ahead::EngineConfig {
-        depth: if cfg.ahead_depth > 0 {
-            cfg.ahead_depth
-        } else {
-            cfg.inflight.max(1)
-        },
-        buffered_backend: cfg.ahead_backend,
-        ..ahead::EngineConfig::default()
-    })
+    let depth = if cfg.ahead_depth > 0 {
+        cfg.ahead_depth
+    } else {
+        cfg.inflight.max(1)
+    };
+    let engine = ahead::Engine::new(
+        ahead::EngineConfig::default()
+            .with_depth(depth)
+            .with_buffered_backend(cfg.ahead_backend),
+    )
     .map_err(|e| e.to_string())?;
     let opts = ahead::OpenOptions::new()
         .mode(ahead::Mode::Buffered)

@@ -126,11 +126,9 @@ pub fn run(cfg: &StressConfig) -> Result<StressReport, String> {
         return Err("stress needs at least one file and one thread".into());
     }
     let max_readahead = (cfg.cache_bytes / 4).clamp(4096, 4 << 20);
-    let config = EngineConfig {
-        cache_bytes: cfg.cache_bytes,
-        max_readahead,
-        ..EngineConfig::default()
-    };
+    let config = EngineConfig::default()
+        .with_cache_bytes(cfg.cache_bytes)
+        .with_max_readahead(max_readahead);
     let inner = ahead::io::new_backend(config.backend, config.depth).map_err(|e| e.to_string())?;
     let fault = Fault::new(inner, cfg.seed);
     match cfg.faults {

@@ -104,25 +104,24 @@ pub struct CopyArgs {
 
 impl CopyArgs {
     fn options(&self) -> CopyOptions {
-        CopyOptions {
-            cache: match self.cache {
-                Cache::Neutral => CacheMode::Neutral,
-                Cache::Keep => CacheMode::Keep,
-                Cache::Drop => CacheMode::Drop,
-            },
-            sync: !self.no_sync,
-            verify: self.verify,
-            resume: self.resume,
-            chunk: self.chunk,
-            depth: self.depth.into(),
-            sparse: !self.no_sparse,
-            reflink: !self.no_reflink,
-            dontcache: !self.no_dontcache,
-            direct: !self.no_direct,
-            bwlimit: self.bwlimit,
-            preserve: self.preserve,
-            cancel: None,
-        }
+        let mut o = CopyOptions::default();
+        o.cache = match self.cache {
+            Cache::Neutral => CacheMode::Neutral,
+            Cache::Keep => CacheMode::Keep,
+            Cache::Drop => CacheMode::Drop,
+        };
+        o.sync = !self.no_sync;
+        o.verify = self.verify;
+        o.resume = self.resume;
+        o.chunk = self.chunk;
+        o.depth = self.depth.into();
+        o.sparse = !self.no_sparse;
+        o.reflink = !self.no_reflink;
+        o.dontcache = !self.no_dontcache;
+        o.direct = !self.no_direct;
+        o.bwlimit = self.bwlimit;
+        o.preserve = self.preserve;
+        o
     }
 }
 

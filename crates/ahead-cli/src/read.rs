@@ -36,13 +36,11 @@ impl EngineArgs {
     pub fn config(&self) -> Result<EngineConfig> {
         let policy: PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
         let backend: BackendKind = self.backend.parse().map_err(anyhow::Error::msg)?;
-        Ok(EngineConfig {
-            policy,
-            backend,
-            cache_bytes: parse_size(&self.cache).context("--cache")?,
-            max_readahead: parse_size(&self.max_readahead).context("--max-readahead")?,
-            ..EngineConfig::default()
-        })
+        Ok(EngineConfig::default()
+            .with_policy(policy)
+            .with_backend(backend)
+            .with_cache_bytes(parse_size(&self.cache).context("--cache")?)
+            .with_max_readahead(parse_size(&self.max_readahead).context("--max-readahead")?))
     }
 }
 

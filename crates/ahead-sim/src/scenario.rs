@@ -368,9 +368,10 @@ fn engine(s: &Setup, o: &SimOptions, policy: PolicyKind, files: &[u64], bucket: 
             page_size: PAGE,
             memory_pages: s.memory / PAGE,
             policy,
-            ra: RaConfig {
-                context_readahead: o.context_readahead,
-                ..RaConfig::with_max_pages(s.max_ra_pages)
+            ra: {
+                let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
+                ra.context_readahead = o.context_readahead;
+                ra
             },
             // The kernel splits at the device's max_sectors_kb; 1 MiB is
             // common for SATA and NVMe alike.

@@ -22,15 +22,15 @@ fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
 /// A small engine: a 2 MiB cache with 256 KiB windows, so that eviction,
 /// shadows and the demand reserve are exercised by files of a few MiB.
 fn small(backend: BackendKind, policy: PolicyKind) -> Engine {
-    Engine::new(EngineConfig {
-        cache_bytes: 2 << 20,
-        max_readahead: 256 << 10,
-        max_io: 64 << 10,
-        backend,
-        policy,
-        depth: 16,
-        ..EngineConfig::default()
-    })
+    Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(2 << 20)
+            .with_max_readahead(256 << 10)
+            .with_max_io(64 << 10)
+            .with_backend(backend)
+            .with_policy(policy)
+            .with_depth(16),
+    )
     .unwrap()
 }
 
@@ -332,11 +332,11 @@ fn bad_input_gives_clear_errors() {
         .success());
     let e = engine.open(&fifo).err().unwrap();
     assert!(e.to_string().contains("not a regular file"), "{e}");
-    let e = Engine::new(EngineConfig {
-        cache_bytes: 1 << 20,
-        max_readahead: 4 << 20,
-        ..EngineConfig::default()
-    })
+    let e = Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(1 << 20)
+            .with_max_readahead(4 << 20),
+    )
     .err()
     .unwrap();
     assert!(
@@ -360,12 +360,12 @@ fn tmpfs_falls_back_to_buffered_or_refuses_when_direct_is_required() {
     let mut buf = vec![0u8; 100_000];
     let n = f.read_at(&mut buf, 0).unwrap();
     check_read("tmpfs", &buf, n, 0, 100_000, 100_000);
-    let strict = Engine::new(EngineConfig {
-        require_direct: true,
-        cache_bytes: 2 << 20,
-        max_readahead: 256 << 10,
-        ..EngineConfig::default()
-    })
+    let strict = Engine::new(
+        EngineConfig::default()
+            .with_require_direct(true)
+            .with_cache_bytes(2 << 20)
+            .with_max_readahead(256 << 10),
+    )
     .unwrap();
     let e = strict.open(&path).err().unwrap();
     assert!(e.to_string().contains("O_DIRECT"), "{e}");

@@ -42,13 +42,11 @@ fn engines() -> Vec<(String, Engine, Arc<Fault>)> {
         };
         let fault = Fault::new(inner, 42);
         let engine = Engine::with_backend(
-            EngineConfig {
-                cache_bytes: 2 << 20,
-                max_readahead: 256 << 10,
-                max_io: 64 << 10,
-                depth: 16,
-                ..EngineConfig::default()
-            },
+            EngineConfig::default()
+                .with_cache_bytes(2 << 20)
+                .with_max_readahead(256 << 10)
+                .with_max_io(64 << 10)
+                .with_depth(16),
             fault.clone(),
         )
         .unwrap();

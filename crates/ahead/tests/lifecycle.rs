@@ -57,11 +57,7 @@ fn engines_cost_what_they_cache_and_survive_being_dropped_mid_readahead() {
     for backend in testdata::real_backends() {
         let started = Instant::now();
         for _ in 0..200 {
-            let engine = Engine::new(EngineConfig {
-                backend,
-                ..EngineConfig::default()
-            })
-            .unwrap();
+            let engine = Engine::new(EngineConfig::default().with_backend(backend)).unwrap();
             let file = engine.open(&path).unwrap();
             let mut b = [0u8; 4096];
             file.read_at(&mut b, 0).unwrap();

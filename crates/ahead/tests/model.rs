@@ -64,14 +64,14 @@ fn expected(file: usize, off: u64, n: usize) -> Vec<u8> {
 }
 
 fn run(ops: &[Op], backend: BackendKind, paths: &[PathBuf]) -> Result<(), TestCaseError> {
-    let engine = Engine::new(EngineConfig {
-        cache_bytes: BUDGET,
-        max_readahead: 16 << 10,
-        max_io: 16 << 10,
-        backend,
-        depth: 8,
-        ..EngineConfig::default()
-    })
+    let engine = Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(BUDGET)
+            .with_max_readahead(16 << 10)
+            .with_max_io(16 << 10)
+            .with_backend(backend)
+            .with_depth(8),
+    )
     .unwrap();
     let open: Vec<_> = paths.iter().map(|p| engine.open(p).unwrap()).collect();
     let mut lent: Vec<(usize, u64, Pages)> = Vec::new();

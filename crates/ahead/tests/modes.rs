@@ -21,14 +21,14 @@ fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
 }
 
 fn engine(backend: BackendKind) -> Engine {
-    Engine::new(EngineConfig {
-        cache_bytes: 4 << 20,
-        max_readahead: 256 << 10,
-        max_io: 64 << 10,
-        backend,
-        depth: 16,
-        ..EngineConfig::default()
-    })
+    Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(4 << 20)
+            .with_max_readahead(256 << 10)
+            .with_max_io(64 << 10)
+            .with_backend(backend)
+            .with_depth(16),
+    )
     .unwrap()
 }
 

@@ -20,6 +20,7 @@ pub trait Eviction: Send {
 
 /// Which eviction policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum EvictionKind {
     /// CLOCK (second chance): a hit sets a bit, the sweeping hand clears it
     /// or evicts. O(1) per hit with no list to update — the default.

@@ -83,6 +83,7 @@ use worker::*;
 
 /// What the copy does to the kernel's page cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CacheMode {
     /// Leave it as it was (the default; see the module docs).
     #[default]
@@ -95,6 +96,7 @@ pub enum CacheMode {
 
 /// How to copy.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CopyOptions {
     /// Page-cache behaviour.
     pub cache: CacheMode,

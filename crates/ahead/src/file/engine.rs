@@ -34,8 +34,11 @@ pub const DEFAULT_DEPTH: usize = 64;
 /// (pins are dropped without signalling).
 pub(super) const FRAME_RETRY: Duration = Duration::from_millis(1);
 
-/// How an engine is set up.
+/// How an engine is set up: `EngineConfig::default()` and the `with_*`
+/// setters (the struct is `#[non_exhaustive]`, so that settings can be
+/// added without breaking callers).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct EngineConfig {
     /// Budget for cached and in-flight data, in bytes.
     pub cache_bytes: u64,
@@ -64,6 +67,59 @@ pub struct EngineConfig {
     /// Fail to open files whose file system refuses O_DIRECT, instead of
     /// falling back to buffered reads.
     pub require_direct: bool,
+}
+
+impl EngineConfig {
+    /// Sets the cache budget in bytes.
+    pub fn with_cache_bytes(mut self, v: u64) -> EngineConfig {
+        self.cache_bytes = v;
+        self
+    }
+    /// Sets the page size in bytes.
+    pub fn with_page_size(mut self, v: u64) -> EngineConfig {
+        self.page_size = v;
+        self
+    }
+    /// Sets the readahead policy.
+    pub fn with_policy(mut self, v: PolicyKind) -> EngineConfig {
+        self.policy = v;
+        self
+    }
+    /// Sets the largest readahead window in bytes.
+    pub fn with_max_readahead(mut self, v: u64) -> EngineConfig {
+        self.max_readahead = v;
+        self
+    }
+    /// Sets the largest device read in bytes.
+    pub fn with_max_io(mut self, v: u64) -> EngineConfig {
+        self.max_io = v;
+        self
+    }
+    /// Sets the I/O backend.
+    pub fn with_backend(mut self, v: BackendKind) -> EngineConfig {
+        self.backend = v;
+        self
+    }
+    /// Sets the backend of Buffered and Uncached files' misses.
+    pub fn with_buffered_backend(mut self, v: BackendKind) -> EngineConfig {
+        self.buffered_backend = v;
+        self
+    }
+    /// Sets the most reads in flight.
+    pub fn with_depth(mut self, v: usize) -> EngineConfig {
+        self.depth = v;
+        self
+    }
+    /// Sets the eviction policy.
+    pub fn with_eviction(mut self, v: EvictionKind) -> EngineConfig {
+        self.eviction = v;
+        self
+    }
+    /// Sets whether files that refuse O_DIRECT are an error.
+    pub fn with_require_direct(mut self, v: bool) -> EngineConfig {
+        self.require_direct = v;
+        self
+    }
 }
 
 impl Default for EngineConfig {

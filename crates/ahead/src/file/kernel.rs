@@ -68,7 +68,7 @@ impl std::str::FromStr for Mode {
 
 impl std::fmt::Display for Mode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        f.pad(match self {
             Mode::Direct => "direct",
             Mode::Buffered => "buffered",
             Mode::Uncached => "uncached",

@@ -89,6 +89,7 @@ pub struct Refreshed {
 
 /// How a range of a file will be read, for [`File::advise`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Advice {
     /// No particular pattern: the readahead policy decides (the default).
     Normal,

@@ -214,6 +214,7 @@ pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
 
 /// Which backend to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum BackendKind {
     /// io_uring if the kernel has it, else the thread pool.
     #[default]

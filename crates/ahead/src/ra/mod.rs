@@ -336,6 +336,7 @@ pub trait Policy: Send {
 
 /// Which policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum PolicyKind {
     /// The current/ahead two-window baseline of Linux 2.6.0–2.6.22.
     Legacy,
@@ -393,8 +394,10 @@ impl FromStr for PolicyKind {
     }
 }
 
-/// Policy parameters.
+/// Policy parameters: [`RaConfig::with_max_pages`], then set fields (the
+/// struct is `#[non_exhaustive]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RaConfig {
     /// Maximum window in pages (the kernel's `ra_pages`).
     pub max_pages: u64,
