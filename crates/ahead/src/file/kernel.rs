@@ -104,19 +104,21 @@ const HINT_GAP_MAX: u64 = 64 << 10;
 /// Fixed-point scale of the hit ratio.
 const RATIO_ONE: u32 = 1 << 16;
 
-/// Counters of a kernel-mode file.
+/// Counters of a kernel-mode file. A read the probe serves whole touches
+/// three of them (hits, bytes, time); requests, bytes and probes are sums.
 #[derive(Default)]
 struct Counters {
-    requests: AtomicU64,
-    bytes: AtomicU64,
-    probes: AtomicU64,
     probe_hits: AtomicU64,
+    probe_misses: AtomicU64,
     inline_bytes: AtomicU64,
+    inline_ns: AtomicU64,
     backend_reads: AtomicU64,
+    backend_bytes: AtomicU64,
+    backend_ns: AtomicU64,
+    /// Requests for nothing (no probe, no backend read).
+    empty_requests: AtomicU64,
     hints: AtomicU64,
     hinted_pages: AtomicU64,
-    inline_ns: AtomicU64,
-    backend_ns: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -146,6 +148,12 @@ pub(super) struct KernelFile {
     /// The readahead policy and the pages it has seen, for hints.
     hints: Option<Mutex<Hints>>,
     hinter: Option<Sender<Hint>>,
+    /// Where the previous request ended: a request that starts there is a
+    /// plain forward stream, which the kernel's readahead follows itself.
+    last_end: AtomicU64,
+    /// Whether the hint table has a lookahead marker out (a cached read
+    /// that cannot hit one skips the table's lock).
+    any_marker: AtomicBool,
     counters: Counters,
 }
 
@@ -153,9 +161,6 @@ pub(super) struct KernelFile {
 struct Hints {
     policy: Box<dyn Policy>,
     table: HintTable,
-    /// Where the previous request ended: a request that starts there is a
-    /// plain forward stream, which the kernel's readahead follows itself.
-    last_end: u64,
 }
 
 /// Hints for the helper thread: `(offset, len)` byte runs of one file.
@@ -271,7 +276,6 @@ impl KernelFile {
             .flatten()
             .map(|policy| {
                 Mutex::new(Hints {
-                    last_end: 0,
                     policy,
                     table: HintTable {
                         pages: size.div_ceil(page),
@@ -292,6 +296,8 @@ impl KernelFile {
             skipped: AtomicU32::new(0),
             hinter: if hints.is_some() { hinter } else { None },
             hints,
+            last_end: AtomicU64::new(0),
+            any_marker: AtomicBool::new(false),
             counters: Counters::default(),
         }
     }
@@ -321,6 +327,7 @@ impl KernelFile {
             h.table.pages = size.div_ceil(self.page);
             h.table.present.clear();
             h.table.marked.clear();
+            self.any_marker.store(false, Ordering::Relaxed);
         }
     }
 
@@ -328,9 +335,9 @@ impl KernelFile {
         let c = &self.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
-            requests: l(&c.requests),
-            bytes: l(&c.bytes),
-            nowait_probes: l(&c.probes),
+            requests: l(&c.probe_hits) + l(&c.backend_reads) + l(&c.empty_requests),
+            bytes: l(&c.inline_bytes) + l(&c.backend_bytes),
+            nowait_probes: l(&c.probe_hits) + l(&c.probe_misses),
             nowait_hits: l(&c.probe_hits),
             inline_bytes: l(&c.inline_bytes),
             backend_reads: l(&c.backend_reads),
@@ -375,7 +382,6 @@ impl KernelFile {
             return 0;
         }
         let t = Instant::now();
-        add(&self.counters.probes, 1);
         let n = match sys::pread_flags(self.fd.as_fd(), buf, offset, libc::RWF_NOWAIT) {
             Ok(n) => n,
             Err(e) if unsupported(&e) => {
@@ -389,9 +395,14 @@ impl KernelFile {
         };
         let hit = n == buf.len();
         self.record(hit);
-        if hit {
-            add(&self.counters.probe_hits, 1);
-        }
+        add(
+            if hit {
+                &self.counters.probe_hits
+            } else {
+                &self.counters.probe_misses
+            },
+            1,
+        );
         add(&self.counters.inline_bytes, n as u64);
         add(&self.counters.inline_ns, nanos(t));
         n
@@ -406,17 +417,17 @@ impl KernelFile {
         let (Some(h), Some(tx)) = (&self.hints, &self.hinter) else {
             return;
         };
-        let (windows, sequential) = {
+        let end = offset + len as u64;
+        let sequential = self.last_end.swap(end, Ordering::Relaxed) == offset;
+        if cached && !self.any_marker.load(Ordering::Relaxed) {
+            // No marker is out: a hit cannot be one (and takes no lock).
+            return;
+        }
+        let windows = {
             let mut g = h.lock().unwrap_or_else(|p| p.into_inner());
-            let Hints {
-                policy,
-                table,
-                last_end,
-            } = &mut *g;
-            let sequential = *last_end == offset;
-            *last_end = offset + len as u64;
+            let Hints { policy, table } = &mut *g;
             let first = offset / self.page;
-            let count = (offset + len as u64).div_ceil(self.page) - first;
+            let count = end.div_ceil(self.page) - first;
             if cached && !(first..first + count).any(|p| table.marked.contains(&p)) {
                 return;
             }
@@ -425,7 +436,9 @@ impl KernelFile {
                 table.marked.clear();
             }
             ra::drive(&mut **policy, table, Request::new(first, count.max(1)));
-            (std::mem::take(&mut table.windows), sequential)
+            self.any_marker
+                .store(!table.marked.is_empty(), Ordering::Relaxed);
+            std::mem::take(&mut table.windows)
         };
         if sequential {
             // The kernel's own readahead follows a plain forward stream.
@@ -560,10 +573,12 @@ impl KernelFile {
             let r = self.read_blocking(&mut buf[done..], offset + done as u64);
             KernelFile::drop_new(&self.fd, self.page, before);
             add(&self.counters.backend_ns, nanos(t));
-            n += r?;
+            let got = r?;
+            add(&self.counters.backend_bytes, got as u64);
+            n += got;
+        } else if buf.is_empty() {
+            add(&self.counters.empty_requests, 1);
         }
-        add(&self.counters.requests, 1);
-        add(&self.counters.bytes, n as u64);
         Ok(n)
     }
 
@@ -627,8 +642,9 @@ impl KernelRead {
                     let done = kf.probe(buf, offset);
                     kf.hint(offset, buf.len(), done == buf.len());
                     if done == buf.len() {
-                        add(&kf.counters.requests, 1);
-                        add(&kf.counters.bytes, done as u64);
+                        if buf.is_empty() {
+                            add(&kf.counters.empty_requests, 1);
+                        }
                         *self = KernelRead::Done;
                         return Poll::Ready(Ok(done));
                     }
@@ -715,8 +731,7 @@ impl KernelRead {
         if let IoBuf::Owned(b) = &op.buf {
             buf[done..done + n].copy_from_slice(&b.as_slice()[..n]);
         }
-        add(&kf.counters.requests, 1);
-        add(&kf.counters.bytes, (done + n) as u64);
+        add(&kf.counters.backend_bytes, n as u64);
         Ok(done + n)
     }
 }
