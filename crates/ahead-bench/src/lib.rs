@@ -15,6 +15,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod device;
 pub mod mix;
 pub mod report;
 pub mod stress;

@@ -33,20 +33,25 @@ pub enum Pattern {
         /// Number of streams (threads).
         n: usize,
     },
-    /// Uniformly random aligned offsets.
+    /// Every aligned block once, in random order (as fio's `randread`).
     Random,
+    /// Uniformly random aligned blocks drawn independently (repeats
+    /// possible: a cache absorbs them).
+    RandomRepeat,
 }
 
 impl std::str::FromStr for Pattern {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let bad =
-            || format!("unknown pattern '{s}' (seq, reverse, stride:GAP, random, interleaved:N)");
+        let bad = || {
+            format!("unknown pattern '{s}' (seq, reverse, stride:GAP, random, random-repeat, interleaved:N)")
+        };
         match s.split_once(':') {
             None => match s {
                 "seq" => Ok(Pattern::Seq),
                 "reverse" => Ok(Pattern::Reverse),
                 "random" => Ok(Pattern::Random),
+                "random-repeat" => Ok(Pattern::RandomRepeat),
                 "stride" => Ok(Pattern::Stride { gap: 12 << 10 }),
                 "interleaved" => Ok(Pattern::Interleaved { n: 8 }),
                 _ => Err(bad()),
@@ -127,6 +132,11 @@ pub struct Workload {
     /// Run the pattern once, untimed, before measuring (same engine, same
     /// cache): for cached-read workloads.
     pub warm: bool,
+    /// Bytes to read with O_DIRECT (leaving every cache as it is) just
+    /// before the clock starts: on a throttled device this spends the burst
+    /// the throttle lets through after an idle spell, so that the run is
+    /// paced by the cap from its first read. 0: none.
+    pub drain: u64,
 }
 
 impl Workload {
@@ -142,6 +152,7 @@ impl Workload {
             seed: 1,
             span: 0,
             warm: false,
+            drain: 0,
         }
     }
 }
@@ -153,6 +164,10 @@ pub struct Measurement {
     pub bytes: u64,
     /// Wall time.
     pub seconds: f64,
+    /// CPU time (user + system) of the whole process over the same span:
+    /// every thread the engine uses (workers, the reaper, the hint thread)
+    /// counts. `None` where getrusage fails.
+    pub cpu_s: Option<f64>,
     /// Median request latency in µs, when timed.
     pub p50_us: Option<f64>,
     /// 99th percentile request latency in µs, when timed.
@@ -184,6 +199,14 @@ pub fn offsets(pattern: Pattern, size: u64, bs: u64, seed: u64) -> Vec<u64> {
             .step_by((bs + gap) as usize)
             .collect(),
         Pattern::Random => {
+            // Each block once, in random order (fio's randread, aio-stress).
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let mut v: Vec<u64> = (0..blocks).map(|b| b * bs).collect();
+            rng.shuffle(&mut v);
+            v
+        }
+        Pattern::RandomRepeat => {
+            // Blocks drawn independently: some twice, some never.
             let mut rng = fastrand::Rng::with_seed(seed);
             (0..blocks)
                 .map(|_| rng.u64(0..blocks.max(1)) * bs)
@@ -224,6 +247,9 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
     }
     if w.cold {
         evict(path)?;
+    }
+    if w.drain > 0 {
+        drain(path, w.drain.min(size))?;
     }
     let mut offs = offsets(w.pattern, size, w.bs, w.seed);
     if w.bytes > 0 && !matches!(w.pattern, Pattern::Interleaved { .. }) {
@@ -302,6 +328,26 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
     }
 }
 
+/// Reads the first `bytes` of `path` with O_DIRECT in 1 MiB requests:
+/// the bandwidth burst a throttle lets through after an idle spell. (Mixing
+/// in 4 KiB requests to spend an IOPS burst too made the next runs less
+/// steady, not more; runs bound by IOPS are sized to last seconds instead.)
+fn drain(path: &Path, bytes: u64) -> Result<(), RunError> {
+    let fd =
+        ahead::sys::open_read(path, true).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let mut buf = AlignedBuf::new(1 << 20, 4096);
+    let mut at = 0;
+    while at < bytes {
+        let n = rustix::io::pread(&fd, buf.as_mut_slice(), at)
+            .map_err(|e| format!("read {}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Drops `path` from the kernel's cache.
 pub fn evict(path: &Path) -> Result<(), RunError> {
     let fd =
@@ -328,7 +374,7 @@ fn timed_threads<F>(parts: Vec<Vec<u64>>, latency: bool, body: F) -> Result<Meas
 where
     F: Fn(&[u64], Option<&mut Vec<f64>>) -> Result<u64, RunError> + Sync,
 {
-    let start = Instant::now();
+    let start = Clock::start();
     let results: Vec<Result<(u64, Vec<f64>), RunError>> = if parts.len() == 1 {
         let mut lat = Vec::new();
         vec![body(&parts[0], latency.then_some(&mut lat)).map(|b| (b, lat))]
@@ -350,7 +396,7 @@ where
                 .collect()
         })
     };
-    let seconds = start.elapsed().as_secs_f64();
+    let (seconds, cpu_s) = start.finish();
     let mut bytes = 0;
     let mut lat = Vec::new();
     for r in results {
@@ -358,16 +404,54 @@ where
         bytes += b;
         lat.extend(l);
     }
-    Ok(timed(bytes, seconds, &mut lat))
+    Ok(timed(bytes, seconds, cpu_s, &mut lat))
+}
+
+/// Wall time and the process's CPU time (getrusage, all threads) from a
+/// start.
+struct Clock {
+    wall: Instant,
+    cpu: Option<f64>,
+}
+
+/// The process's user + system CPU seconds so far.
+pub fn process_cpu_s() -> Option<f64> {
+    // SAFETY: getrusage writes the struct it is given, which is ours.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return None;
+    }
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    Some(t(ru.ru_utime) + t(ru.ru_stime))
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            cpu: process_cpu_s(),
+            wall: Instant::now(),
+        }
+    }
+    /// (wall seconds, CPU seconds) since the start.
+    fn finish(&self) -> (f64, Option<f64>) {
+        let wall = self.wall.elapsed().as_secs_f64();
+        let cpu = match (self.cpu, process_cpu_s()) {
+            (Some(a), Some(b)) => Some((b - a).max(0.0)),
+            _ => None,
+        };
+        (wall, cpu)
+    }
 }
 
 /// A measurement of `bytes` in `seconds`, with the median and 99th
 /// percentile of the request latencies, if any were timed.
-fn timed(bytes: u64, seconds: f64, lat: &mut [f64]) -> Measurement {
+fn timed(bytes: u64, seconds: f64, cpu_s: Option<f64>, lat: &mut [f64]) -> Measurement {
     let (p50_us, p99_us) = percentiles(lat);
     Measurement {
         bytes,
         seconds,
+        cpu_s,
         p50_us,
         p99_us,
         ..Measurement::default()
@@ -450,7 +534,7 @@ fn ahead_at_depth(
     latency: bool,
 ) -> Result<Measurement, RunError> {
     let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs as usize]).collect();
-    let start = Instant::now();
+    let start = Clock::start();
     let mut bytes = 0;
     let mut lat = Vec::new();
     for batch in offs.chunks(depth) {
@@ -467,8 +551,8 @@ fn ahead_at_depth(
             lat.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    let seconds = start.elapsed().as_secs_f64();
-    Ok(timed(bytes, seconds, &mut lat))
+    let (seconds, cpu_s) = start.finish();
+    Ok(timed(bytes, seconds, cpu_s, &mut lat))
 }
 
 /// Reads `offs` (each `bs` bytes) with O_DIRECT through io_uring, `depth`
@@ -493,7 +577,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Meas
             Err(e) => error = Some(e),
         }
     };
-    let start = Instant::now();
+    let start = Clock::start();
     for &o in offs {
         let tx = tx.clone();
         let buf = free
@@ -525,13 +609,14 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Meas
         }
         pending -= 1;
     }
-    let seconds = start.elapsed().as_secs_f64();
+    let (seconds, cpu_s) = start.finish();
     if let Some(e) = error {
         return Err(format!("read {}: {e}", path.display()));
     }
     Ok(Measurement {
         bytes,
         seconds,
+        cpu_s,
         direct: true,
         ..Measurement::default()
     })

@@ -43,6 +43,12 @@ pub struct BenchArgs {
     plot: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
+    /// Make the device steady: cloud (200 MiB/s, 5000 IOPS), small-cloud
+    /// (125 MiB/s, 3000), fast (400 MiB/s, 20000), BPS,IOPS, or none. The
+    /// file is read once with O_DIRECT, then reads are capped by a cgroup
+    /// (root only). Default: cloud with --quick where it can, else none.
+    #[arg(long)]
+    device: Option<String>,
     /// Which of ahead's modes run beside the kernel: all, direct, buffered
     /// or uncached.
     #[arg(long, default_value = "all")]
@@ -77,6 +83,9 @@ struct Row {
     runs: Vec<Measurement>,
     /// Largest peak resident set of one run (ahead's engines only).
     peak_rss: Option<u64>,
+    /// The device profile's best for this pattern, MB/s (cold rows on a
+    /// capped device only).
+    oracle_mb_s: Option<f64>,
 }
 
 impl Row {
@@ -90,6 +99,10 @@ impl Row {
     }
     fn mb_s(&self) -> f64 {
         self.median(|m| Some(m.mb_s())).unwrap_or(0.0)
+    }
+    /// CPU seconds per GiB read (median).
+    fn cpu_per_gib(&self) -> Option<f64> {
+        self.median(|m| Some(m.cpu_s? / (m.bytes.max(1) as f64 / (1u64 << 30) as f64)))
     }
 }
 
@@ -118,7 +131,10 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) ->
     let mut v = vec![
         Case {
             name: "seq",
-            workload: Workload::new(Pattern::Seq, 4096),
+            workload: Workload {
+                bytes: k(64 << 20, 0),
+                ..Workload::new(Pattern::Seq, 4096)
+            },
             engines: {
                 let mut v = vec![Engine::Kernel, Engine::KernelDirect];
                 v.extend(aheads(true));
@@ -152,7 +168,7 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) ->
         Case {
             name: "interleaved-8",
             workload: Workload {
-                bytes: k(256 << 20, size),
+                bytes: k(64 << 20, size),
                 ..Workload::new(Pattern::Interleaved { n: 8 }, 4096)
             },
             engines: kernels(),
@@ -174,7 +190,7 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) ->
         Case {
             name: "random-4k",
             workload: Workload {
-                bytes: k(8 << 20, 32 << 20),
+                bytes: k(24 << 20, 32 << 20),
                 latency: true,
                 ..Workload::new(Pattern::Random, 4096)
             },
@@ -251,13 +267,42 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if size < (16 << 20) {
         bail!("{}: at least 16 MiB needed", path.display());
     }
+    // The device: capped by a cgroup where asked (or by default for
+    // --quick, where it can be), else as it is.
+    let asked = args.device.as_deref();
+    let profile = match asked {
+        Some(s) => ahead_bench::device::Profile::parse(s).map_err(anyhow::Error::msg)?,
+        None if args.quick => Some(ahead_bench::device::Profile::CLOUD),
+        None => None,
+    };
+    let _throttle = match profile {
+        Some(p) => match ahead_bench::device::throttle(p, &[path.as_path()]) {
+            Ok(t) => Some(t),
+            Err(e) if asked.is_some() => bail!("--device {}: {e}", p.name),
+            Err(e) => {
+                eprintln!(
+                    "ahead: warning: no steady device ({e}); measuring the disk as it is, \
+                     whose speed swings from run to run"
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let profile = _throttle.as_ref().map(|t| t.profile);
     let started = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
     let modes: Vec<Mode> = match args.mode.as_str() {
         "all" => vec![Mode::Direct, Mode::Buffered, Mode::Uncached],
         m => vec![m.parse().map_err(anyhow::Error::msg)?],
     };
-    let cases = cases(size, args.quick, &config, &modes);
+    let mut cases = cases(size, args.quick, &config, &modes);
+    if profile.is_some() {
+        // Spend the throttle's start-up burst before each cold run.
+        for c in cases.iter_mut().filter(|c| c.workload.cold) {
+            c.workload.drain = 64 << 20;
+        }
+    }
     for rep in 0..reps {
         for case in &cases {
             // Rotate the engines' order each repetition, so that none always
@@ -299,6 +344,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         bs: case.workload.bs,
                         runs: vec![m],
                         peak_rss: rss,
+                        oracle_mb_s: profile
+                            .filter(|_| case.workload.cold)
+                            .map(|p| p.oracle(&case.workload.pattern, case.workload.bs) / 1e6),
                     }),
                 }
             }
@@ -306,9 +354,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     print!("{}", table(&rows));
     println!(
-        "file {} ({}), {reps} repetition(s), medians; {:.0} s in all",
+        "file {} ({}), {reps} repetition(s), medians; device: {}; {:.0} s in all",
         path.display(),
         format_size(size),
+        match profile {
+            Some(p) => format!(
+                "{} ({} MiB/s, {} IOPS, capped by a cgroup over a host-warm file)",
+                p.name,
+                p.bps >> 20,
+                p.iops
+            ),
+            None => "as it is (not capped: figures swing between runs)".into(),
+        },
         started.elapsed().as_secs_f64()
     );
     // Memory: what each ahead run added to the resident set at its peak
@@ -352,6 +409,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "peak_rss_bytes": peak,
             "process_peak_rss_bytes": process,
             "cache_bytes": config.cache_bytes,
+            "device": profile.map(|p| p.name),
+            "device_bps": profile.map(|p| p.bps),
+            "device_iops": profile.map(|p| p.iops),
         }));
         std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
             .with_context(|| format!("write {}", j.display()))?;
@@ -396,6 +456,8 @@ fn table(rows: &[Row]) -> String {
         "p99 µs",
         "÷ kernel",
         "÷ device",
+        "÷ oracle",
+        "CPU s/GiB",
         "dev/req",
     ]);
     let us = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
@@ -437,6 +499,11 @@ fn table(rows: &[Row]) -> String {
             us(r.median(|m| m.p99_us)),
             k,
             dev,
+            match r.oracle_mb_s {
+                Some(o) if is_ahead && o > 0.0 => format!("{:.2}", r.mb_s() / o),
+                _ => String::new(),
+            },
+            r.cpu_per_gib().map_or(String::new(), |c| format!("{c:.2}")),
             amp,
         ]);
     }
@@ -479,6 +546,12 @@ fn row_json(r: &Row) -> serde_json::Value {
     }
     if let Some(v) = r.median(|m| m.p99_us) {
         o["p99_us"] = v.into();
+    }
+    if let Some(v) = r.median(|m| m.cpu_s) {
+        o["cpu_s"] = v.into();
+    }
+    if let Some(v) = r.oracle_mb_s {
+        o["oracle_mb_s"] = v.into();
     }
     if let Some(m) = r.runs.last() {
         o["bytes"] = m.bytes.into();

@@ -148,6 +148,9 @@ pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json
         "mb_s": m.mb_s(),
         "direct": m.direct,
     });
+    if let Some(c) = m.cpu_s {
+        o["cpu_s"] = c.into();
+    }
     if let Some(p) = m.p50_us {
         o["p50_us"] = p.into();
     }

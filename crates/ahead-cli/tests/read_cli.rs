@@ -133,6 +133,8 @@ fn bench_writes_rows_for_every_pattern_and_engine() {
         "--file",
         s(&f),
         "--quick",
+        "--device",
+        "none",
         "--json",
         s(&json),
         "--plot",
@@ -238,4 +240,64 @@ fn cat_streams_a_fifo_a_character_device_and_standard_input() {
     feeder.join().unwrap();
     assert!(o.status.success());
     assert!(o.stdout == want, "standard input's bytes differ");
+}
+
+#[test]
+fn bench_on_a_capped_device_reports_the_profile_the_oracle_and_cpu() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP bench --device: needs root");
+        return;
+    }
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 16 << 20);
+    let json = dir.path().join("b.json");
+    let o = ahead(&[
+        "bench",
+        "--file",
+        s(&f),
+        "--device",
+        "fast",
+        "--mode",
+        "direct",
+        "--reps",
+        "1",
+        "--json",
+        s(&json),
+    ]);
+    if stderr(&o).contains("cgroup") && !o.status.success() {
+        eprintln!("SKIP bench --device: {}", stderr(&o));
+        return;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("device: fast (400 MiB/s, 20000 IOPS"), "{out}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let seq = rows
+        .iter()
+        .find(|r| r["pattern"] == "seq" && r["engine"] == "ahead")
+        .unwrap();
+    assert!(
+        (seq["oracle_mb_s"].as_f64().unwrap() - 419.43).abs() < 0.1,
+        "{seq}"
+    );
+    assert!(seq["cpu_s"].as_f64().unwrap() > 0.0, "{seq}");
+    let last = rows.last().unwrap();
+    assert_eq!(last["device"], "fast");
+    // The process left its cgroup behind it: nothing named after it stays.
+    let pid_dirs = ["/sys/fs/cgroup/blkio", "/sys/fs/cgroup"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ahead-bench-"))
+        .count();
+    assert_eq!(pid_dirs, 0, "a bench cgroup was left behind");
+    let o = ahead(&["bench", "--file", s(&f), "--device", "warp9"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("unknown device profile"),
+        "{}",
+        stderr(&o)
+    );
 }
