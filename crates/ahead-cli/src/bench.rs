@@ -198,31 +198,34 @@ fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) ->
         },
     ];
     // Cached reads: a region larger than the CPU caches but well inside
-    // ahead's budget, read once to warm, then random 16 KiB reads.
+    // ahead's budget, read once to warm, then random 4 KiB and 16 KiB
+    // reads, every byte read by the caller.
     let region = (ahead.cache_bytes / 2).min(size).min(128 << 20);
-    v.push(Case {
-        name: "cached-16k",
-        workload: Workload {
-            cold: false,
-            warm: true,
-            span: region,
-            latency: true,
-            bytes: k(256 << 20, 1 << 30),
-            ..Workload::new(Pattern::Random, 16 << 10)
-        },
-        engines: {
-            let mut v = vec![Engine::Kernel];
-            v.extend(aheads(false));
-            if has(Mode::Direct) {
-                v.push(Engine::Ahead {
-                    config: ahead.clone(),
-                    zero_copy: true,
-                    mode: Mode::Direct,
-                });
-            }
-            v
-        },
-    });
+    for (name, bs) in [("cached-4k", 4096u64), ("cached-16k", 16 << 10)] {
+        v.push(Case {
+            name,
+            workload: Workload {
+                cold: false,
+                warm: true,
+                span: region,
+                latency: true,
+                bytes: k(256 << 20, 1 << 30),
+                ..Workload::new(Pattern::Random, bs)
+            },
+            engines: {
+                let mut v = vec![Engine::Kernel];
+                v.extend(aheads(false));
+                if has(Mode::Direct) {
+                    v.push(Engine::Ahead {
+                        config: ahead.clone(),
+                        zero_copy: true,
+                        mode: Mode::Direct,
+                    });
+                }
+                v
+            },
+        });
+    }
     v
 }
 
