@@ -469,14 +469,7 @@ fn a_source_truncated_mid_copy_fails_and_leaves_no_destination() {
         .set_len(4 * MIB)
         .unwrap();
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("ended early"), "{}", stderr(&o));
-    assert!(!dst.exists());
-    assert!(
-        leftovers(dir.path()).is_empty(),
-        "{:?}",
-        leftovers(dir.path())
-    );
+    failed_cleanly(&o, 1, "ended early", &dst, dir.path());
 }
 
 #[test]
@@ -704,14 +697,7 @@ fn an_interrupted_stream_copy_removes_its_temporary_file() {
     let _ = w.write_all(&[7u8; 1 << 20]);
     drop(w);
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
-    assert!(stderr(&o).contains("interrupted"), "{}", stderr(&o));
-    assert!(!dst.exists());
-    assert!(
-        leftovers(dir.path()).is_empty(),
-        "{:?}",
-        leftovers(dir.path())
-    );
+    failed_cleanly(&o, 130, "interrupted", &dst, dir.path());
 }
 
 #[test]
@@ -754,4 +740,13 @@ fn a_copy_stopped_by_sigterm_keeps_its_progress_for_resume() {
     assert!(v["resumed_bytes"].as_u64().unwrap() >= 3 * MIB, "{v}");
     same_bytes(&src, &dst);
     assert!(leftovers(dir.path()).is_empty());
+}
+
+/// A copy that failed with exit `code` and a message containing `why`, and
+/// left neither DST nor a temporary file in `dir`.
+fn failed_cleanly(o: &std::process::Output, code: i32, why: &str, dst: &Path, dir: &Path) {
+    assert_eq!(o.status.code(), Some(code), "{}", stderr(o));
+    assert!(stderr(o).contains(why), "{}", stderr(o));
+    assert!(!dst.exists(), "a failed copy left {}", dst.display());
+    assert!(leftovers(dir).is_empty(), "{:?}", leftovers(dir));
 }

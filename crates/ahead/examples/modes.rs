@@ -30,15 +30,8 @@ fn cached_pages(path: &std::path::Path) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (path, generated) = match std::env::args_os().nth(1) {
-        Some(p) => (std::path::PathBuf::from(p), false),
-        None => {
-            let p = ahead::testdata::scratch_root()
-                .join(format!("ahead-example-modes-{}", std::process::id()));
-            ahead::testdata::write_file(&p, 64 << 20)?;
-            (p, true)
-        }
-    };
+    let (path, generated) =
+        ahead::testdata::file_for_example(std::env::args_os().nth(1), "modes", 64 << 20)?;
     let engine = Engine::new(EngineConfig::default())?;
     for mode in [Mode::Direct, Mode::Buffered, Mode::Uncached] {
         // Each mode starts cold.

@@ -16,15 +16,8 @@ const DEPTH: usize = 64;
 const BATCHES: usize = 64;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (path, generated) = match std::env::args_os().nth(1) {
-        Some(p) => (std::path::PathBuf::from(p), false),
-        None => {
-            let p = ahead::testdata::scratch_root()
-                .join(format!("ahead-example-random-{}", std::process::id()));
-            ahead::testdata::write_file(&p, 512 << 20)?;
-            (p, true)
-        }
-    };
+    let (path, generated) =
+        ahead::testdata::file_for_example(std::env::args_os().nth(1), "random", 512 << 20)?;
     let engine = Engine::new(EngineConfig::default())?;
     let file = engine.open(&path)?;
     if file.len() < BS as u64 {

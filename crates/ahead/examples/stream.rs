@@ -14,15 +14,8 @@ use std::time::Instant;
 use ahead::{Engine, EngineConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (path, generated) = match std::env::args_os().nth(1) {
-        Some(p) => (std::path::PathBuf::from(p), false),
-        None => {
-            let p = ahead::testdata::scratch_root()
-                .join(format!("ahead-example-stream-{}", std::process::id()));
-            ahead::testdata::write_file(&p, 256 << 20)?;
-            (p, true)
-        }
-    };
+    let (path, generated) =
+        ahead::testdata::file_for_example(std::env::args_os().nth(1), "stream", 256 << 20)?;
     let engine = Engine::new(EngineConfig::default())?;
     let file = engine.open(&path)?;
     let mut reader = file.reader();

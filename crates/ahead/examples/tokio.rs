@@ -18,15 +18,8 @@ const BS: usize = 128 << 10;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (path, generated) = match std::env::args_os().nth(1) {
-        Some(p) => (std::path::PathBuf::from(p), false),
-        None => {
-            let p = ahead::testdata::scratch_root()
-                .join(format!("ahead-example-tokio-{}", std::process::id()));
-            ahead::testdata::write_file(&p, 256 << 20)?;
-            (p, true)
-        }
-    };
+    let (path, generated) =
+        ahead::testdata::file_for_example(std::env::args_os().nth(1), "tokio", 256 << 20)?;
     let engine = Engine::new(EngineConfig::default())?;
     let file = Arc::new(engine.open(&path)?);
     let share = file.len().div_ceil(TASKS);

@@ -94,6 +94,25 @@ pub fn scratch_root() -> std::path::PathBuf {
     target
 }
 
+/// The file an example reads: `given` (its command-line argument) if
+/// there is one, else a new generated file of `size` bytes named after the
+/// example in [`scratch_root`]. The bool says it was generated (its bytes
+/// can be checked, and it should be removed afterwards).
+pub fn file_for_example(
+    given: Option<std::ffi::OsString>,
+    name: &str,
+    size: u64,
+) -> io::Result<(std::path::PathBuf, bool)> {
+    match given {
+        Some(p) => Ok((p.into(), false)),
+        None => {
+            let p = scratch_root().join(format!("ahead-example-{name}-{}", std::process::id()));
+            write_file(&p, size)?;
+            Ok((p, true))
+        }
+    }
+}
+
 /// The record order of iozone's stride read (`thread_stride_read_test` in
 /// iozone.c): `records` records seen as rows of `width`, read column by
 /// column — record `r + width` after `r`; when that would reach the last

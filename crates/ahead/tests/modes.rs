@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ahead::io::BackendKind;
-use ahead::{testdata, Engine, EngineConfig, Error, Mode, OpenOptions};
+use ahead::{testdata, Engine, Error, Mode, OpenOptions};
 
 fn scratch() -> tempfile::TempDir {
     tempfile::tempdir_in(testdata::scratch_root()).unwrap()
@@ -20,17 +20,8 @@ fn gen(dir: &Path, name: &str, size: u64) -> PathBuf {
     p
 }
 
-fn engine(backend: BackendKind) -> Engine {
-    Engine::new(
-        EngineConfig::default()
-            .with_cache_bytes(4 << 20)
-            .with_max_readahead(256 << 10)
-            .with_max_io(64 << 10)
-            .with_backend(backend)
-            .with_depth(16),
-    )
-    .unwrap()
-}
+mod common;
+use common::small_engine as engine;
 
 const MODES: [Mode; 3] = [Mode::Direct, Mode::Buffered, Mode::Uncached];
 

@@ -5,21 +5,12 @@
 use std::sync::Arc;
 
 use ahead::io::BackendKind;
-use ahead::{testdata, Engine, EngineConfig};
+use ahead::testdata;
 
 const SIZE: u64 = 12 << 20;
 
-fn engine(backend: BackendKind) -> Engine {
-    Engine::new(
-        EngineConfig::default()
-            .with_cache_bytes(4 << 20)
-            .with_max_readahead(256 << 10)
-            .with_max_io(64 << 10)
-            .with_backend(backend)
-            .with_depth(16),
-    )
-    .unwrap()
-}
+mod common;
+use common::small_engine as engine;
 
 async fn read_range(file: Arc<ahead::File>, start: u64, end: u64, bs: usize) -> u64 {
     let mut buf = vec![0u8; bs];

@@ -19,28 +19,9 @@ use shuttle::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use shuttle::sync::{Arc, Condvar, Mutex};
 use shuttle::thread;
 
-use super::pins::{PinCount, Pins};
+use super::pins::Pins;
 
-impl PinCount for AtomicU32 {
-    fn new() -> Self {
-        AtomicU32::new(0)
-    }
-    fn fetch_add(&self, v: u32) -> u32 {
-        AtomicU32::fetch_add(self, v, Ordering::AcqRel)
-    }
-    fn fetch_sub(&self, v: u32) -> u32 {
-        AtomicU32::fetch_sub(self, v, Ordering::AcqRel)
-    }
-    fn fetch_or(&self, v: u32) -> u32 {
-        AtomicU32::fetch_or(self, v, Ordering::AcqRel)
-    }
-    fn load(&self) -> u32 {
-        AtomicU32::load(self, Ordering::Acquire)
-    }
-    fn store(&self, v: u32) {
-        AtomicU32::store(self, v, Ordering::Release)
-    }
-}
+super::pins::impl_pin_count!(AtomicU32, Ordering);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Page {

@@ -25,26 +25,36 @@ pub(crate) trait PinCount {
     fn store(&self, v: u32);
 }
 
-impl PinCount for AtomicU32 {
-    fn new() -> Self {
-        AtomicU32::new(0)
-    }
-    fn fetch_add(&self, v: u32) -> u32 {
-        AtomicU32::fetch_add(self, v, Ordering::AcqRel)
-    }
-    fn fetch_sub(&self, v: u32) -> u32 {
-        AtomicU32::fetch_sub(self, v, Ordering::AcqRel)
-    }
-    fn fetch_or(&self, v: u32) -> u32 {
-        AtomicU32::fetch_or(self, v, Ordering::AcqRel)
-    }
-    fn load(&self) -> u32 {
-        AtomicU32::load(self, Ordering::Acquire)
-    }
-    fn store(&self, v: u32) {
-        AtomicU32::store(self, v, Ordering::Release)
-    }
+/// Implements [`PinCount`] for an atomic type with std's method names
+/// (std's own, and shuttle's in the model).
+macro_rules! impl_pin_count {
+    ($atomic:ty, $ordering:path) => {
+        impl $crate::cache::pins::PinCount for $atomic {
+            fn new() -> Self {
+                <$atomic>::new(0)
+            }
+            fn fetch_add(&self, v: u32) -> u32 {
+                <$atomic>::fetch_add(self, v, <$ordering>::AcqRel)
+            }
+            fn fetch_sub(&self, v: u32) -> u32 {
+                <$atomic>::fetch_sub(self, v, <$ordering>::AcqRel)
+            }
+            fn fetch_or(&self, v: u32) -> u32 {
+                <$atomic>::fetch_or(self, v, <$ordering>::AcqRel)
+            }
+            fn load(&self) -> u32 {
+                <$atomic>::load(self, <$ordering>::Acquire)
+            }
+            fn store(&self, v: u32) {
+                <$atomic>::store(self, v, <$ordering>::Release)
+            }
+        }
+    };
 }
+#[cfg(test)]
+pub(crate) use impl_pin_count;
+
+impl_pin_count!(AtomicU32, Ordering);
 
 /// One pin count per frame.
 pub(crate) struct Pins<A: PinCount = AtomicU32>(Box<[A]>);

@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use crate::cache::Stats;
 use crate::io::{AlignedBuf, Backend, IoBuf, ReadOp};
-use crate::ra::{self, CacheView, Lookup, PageTable, Policy, Request, Shape, Window};
+use crate::ra::{self, Policy, Request, Shape};
 use crate::sys;
 
 /// How a file is read. Chosen per file, when it is opened.
@@ -189,58 +189,7 @@ pub(super) fn start_hinter() -> Option<Sender<Hint>> {
 /// What the policy sees of a kernel-mode file: the pages it has read or
 /// hinted (whether the kernel still holds them is not asked: a hint for a
 /// cached page costs the helper a lookup, not a read).
-struct HintTable {
-    pages: u64,
-    present: PageSet,
-    marked: PageSet,
-    windows: Vec<Window>,
-}
-
-/// A set of page indexes with the cache's cheap hasher (SipHash cost more
-/// than the read it bookkeeps).
-type PageSet =
-    std::collections::HashSet<u64, std::hash::BuildHasherDefault<crate::cache::IndexHasher>>;
-
-impl CacheView for HintTable {
-    fn file_pages(&self) -> u64 {
-        self.pages
-    }
-    fn is_present(&self, index: u64) -> bool {
-        self.present.contains(&index)
-    }
-}
-
-impl PageTable for HintTable {
-    fn lookup(&self, index: u64) -> Lookup {
-        if self.present.contains(&index) {
-            Lookup::Present {
-                marked: self.marked.contains(&index),
-                late: false,
-            }
-        } else {
-            Lookup::Absent
-        }
-    }
-    fn clear_marker(&mut self, index: u64) {
-        self.marked.remove(&index);
-    }
-    fn submit_readahead(&mut self, window: &Window) {
-        window.for_each_run(|start, count| {
-            for p in start..start + count {
-                self.present.insert(p);
-            }
-        });
-        if let Some(m) = window.marker_page() {
-            self.marked.insert(m);
-        }
-        self.windows.push(*window);
-    }
-    fn submit_demand(&mut self, index: u64, count: u64) {
-        for p in index..index + count {
-            self.present.insert(p);
-        }
-    }
-}
+type HintTable = crate::ra::SparseTable;
 
 /// Whether an error says the flag is not supported here.
 fn unsupported(e: &std::io::Error) -> bool {
@@ -277,12 +226,7 @@ impl KernelFile {
             .map(|policy| {
                 Mutex::new(Hints {
                     policy,
-                    table: HintTable {
-                        pages: size.div_ceil(page),
-                        present: Default::default(),
-                        marked: Default::default(),
-                        windows: Vec::new(),
-                    },
+                    table: HintTable::new(size.div_ceil(page)),
                 })
             });
         KernelFile {

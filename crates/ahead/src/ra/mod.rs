@@ -59,6 +59,8 @@
 pub mod ahead;
 pub mod legacy;
 pub mod ondemand;
+mod sparse;
+pub(crate) use sparse::SparseTable;
 
 use std::fmt;
 use std::str::FromStr;

@@ -250,71 +250,13 @@ fn fuzz_policies() {
 /// its marker inside, and every page a read asked for present after it.
 #[test]
 fn requests_at_the_end_of_the_largest_files_drive_without_overflow() {
-    use super::{drive, new_policy, CacheView, Lookup, PageTable, RaConfig, Request, Window};
-    use std::collections::HashSet;
-    struct Sparse {
-        pages: u64,
-        max: u64,
-        request: u64,
-        present: HashSet<u64>,
-        marked: HashSet<u64>,
-    }
-    impl CacheView for Sparse {
-        fn file_pages(&self) -> u64 {
-            self.pages
-        }
-        fn is_present(&self, index: u64) -> bool {
-            self.present.contains(&index)
-        }
-    }
-    impl PageTable for Sparse {
-        fn lookup(&self, index: u64) -> Lookup {
-            if self.present.contains(&index) {
-                Lookup::Present {
-                    marked: self.marked.contains(&index),
-                    late: false,
-                }
-            } else {
-                Lookup::Absent
-            }
-        }
-        fn clear_marker(&mut self, index: u64) {
-            self.marked.remove(&index);
-        }
-        fn submit_readahead(&mut self, w: &Window) {
-            assert!(
-                w.size > 0 && w.end() <= self.pages,
-                "{w:?} outside the file"
-            );
-            assert!(w.pages() <= self.max.max(self.request), "{w:?} too large");
-            w.for_each_run(|start, count| {
-                for p in start..start + count {
-                    self.present.insert(p);
-                }
-            });
-            if let Some(m) = w.marker_page() {
-                assert!(w.contains(m), "marker {m} outside {w:?}");
-                self.marked.insert(m);
-            }
-        }
-        fn submit_demand(&mut self, index: u64, count: u64) {
-            for p in index..index + count {
-                assert!(self.present.insert(p), "page {p} read twice");
-            }
-        }
-    }
+    use super::{drive, new_policy, RaConfig, Request, SparseTable};
     let mut rng = fastrand::Rng::with_seed(7);
     for kind in PolicyKind::ALL {
         for max in [1u64, 32, 256] {
             let mut policy = new_policy(kind, RaConfig::with_max_pages(max));
             let pages = [u64::MAX, u64::MAX / 4096, rng.u64(1..)][rng.usize(..3)];
-            let mut table = Sparse {
-                pages,
-                max,
-                request: 0,
-                present: HashSet::new(),
-                marked: HashSet::new(),
-            };
+            let mut table = SparseTable::new(pages);
             let mut at = pages.saturating_sub(4096);
             for _ in 0..5_000 {
                 let n = rng.u64(1..=512);
@@ -325,12 +267,21 @@ fn requests_at_the_end_of_the_largest_files_drive_without_overflow() {
                     _ => pages - 1,
                 };
                 at = index.saturating_add(n).min(pages - 1);
-                table.request = n;
                 if table.present.len() > 200_000 {
                     table.present.clear();
                     table.marked.clear();
                 }
                 drive(&mut *policy, &mut table, Request::new(index, n));
+                for w in table.windows.drain(..) {
+                    assert!(
+                        w.size > 0 && w.end() <= pages,
+                        "{kind}: {w:?} outside the file"
+                    );
+                    assert!(w.pages() <= max.max(n), "{kind}: {w:?} too large");
+                    if let Some(m) = w.marker_page() {
+                        assert!(w.contains(m), "{kind}: marker {m} outside {w:?}");
+                    }
+                }
                 // Past MAX_PAGES is past the end, as far as drive goes.
                 let end = index.saturating_add(n).min(pages).min(super::MAX_PAGES);
                 if let Some(p) = (index..end).find(|p| !table.present.contains(p)) {
