@@ -80,19 +80,42 @@ fn every_read_and_write_path_copies_exactly_and_leaves_the_cache_as_it_was() {
         &["--chunk", "1m", "--no-direct", "--no-dontcache"],
         &["--depth", "1", "--chunk", "64k"],
     ];
+    // The kernel's proactive reclaim may take a page of the source while a
+    // copy runs (MEASURING.md): a variant passes if one of three attempts
+    // leaves the cache exactly as it was; an engine that evicts pages does
+    // so every time.
+    let set_scene = || {
+        let f = fs::File::open(&src).unwrap();
+        residency::evict(&f, 0, 0).unwrap();
+        residency::warm(&f, 0, MIB).unwrap();
+        residency::warm(&f, 5 * MIB + 8 * PAGE, 300 * PAGE).unwrap();
+    };
+    let runs = |m: &[bool]| residency::runs(m, true);
     for (i, extra) in variants.iter().enumerate() {
         let dst = dir.path().join(format!("dst{i}"));
         let mut args = vec!["copy", "--json", "--verify", s(&src), s(&dst)];
         args.extend_from_slice(extra);
-        let v = ok_json(&ahead(&args));
-        assert_eq!(v["bytes"], 8 * MIB + 123, "{extra:?}: {v}");
-        assert_eq!(v["src_cached_pages_before"], 556, "{extra:?}: {v}");
-        assert_eq!(v["src_cached_pages_after"], 556, "{extra:?}: {v}");
-        assert_eq!(v["dst_cached_pages_after"], 0, "{extra:?}: {v}");
-        // The same pages, not just as many (looked at before anything
-        // else reads the files).
-        let runs = |m: &[bool]| residency::runs(m, true);
-        assert_eq!(runs(&cached_map(&src)), runs(&want), "{extra:?}");
+        let mut attempt = 0;
+        let v = loop {
+            attempt += 1;
+            let v = ok_json(&ahead(&args));
+            assert_eq!(v["bytes"], 8 * MIB + 123, "{extra:?}: {v}");
+            assert_eq!(v["dst_cached_pages_after"], 0, "{extra:?}: {v}");
+            // The same pages, not just as many (looked at before anything
+            // else reads the files).
+            let exact = v["src_cached_pages_before"] == 556
+                && v["src_cached_pages_after"] == 556
+                && runs(&cached_map(&src)) == runs(&want);
+            if exact {
+                break v;
+            }
+            assert!(
+                attempt < 3,
+                "{extra:?}: the source's cache changed 3 times: {v}"
+            );
+            eprintln!("{extra:?}: attempt {attempt} saw the cache change, again: {v}");
+            set_scene();
+        };
         assert_eq!(cached(&dst), 0);
         let sum = ahead::copy::checksum_file(&src, &Default::default()).unwrap();
         assert_eq!(v["checksum"], sum.as_str());
@@ -108,10 +131,7 @@ fn every_read_and_write_path_copies_exactly_and_leaves_the_cache_as_it_was() {
             v["read_path"], v["write_path"]
         );
         // same_bytes cached everything: set the scene again.
-        let f = fs::File::open(&src).unwrap();
-        residency::evict(&f, 0, 0).unwrap();
-        residency::warm(&f, 0, MIB).unwrap();
-        residency::warm(&f, 5 * MIB + 8 * PAGE, 300 * PAGE).unwrap();
+        set_scene();
     }
     // The fallbacks were really taken.
     let dst = dir.path().join("fallback");
