@@ -36,7 +36,7 @@ use std::time::Instant;
 
 use crate::cache::Stats;
 use crate::io::{AlignedBuf, Backend, IoBuf, ReadOp};
-use crate::ra::{self, Policy, Request, Shape};
+use crate::ra::{self, Policy};
 use crate::sys;
 
 /// How a file is read. Chosen per file, when it is opened.
@@ -92,15 +92,6 @@ pub const PROBE_STOP_RATIO: f64 = 0.10;
 /// file that becomes cached is noticed within a few dozen reads (3% of reads
 /// spent probing a cold file).
 pub const REPROBE_EVERY: u32 = 32;
-/// Most pages a file's hint table remembers; past it the table starts
-/// afresh (the policy then sees a cold file and re-learns its streams).
-const HINT_TABLE_PAGES: usize = 1 << 16;
-/// A strided window whose gaps are at most this many bytes is hinted whole,
-/// gaps included, as Direct mode reads it: one large read costs the device
-/// less than a request per run (a 4 KiB read every 16 KiB, one hint per
-/// run, ran at 63 MB/s cold on the development disk; the whole span at
-/// several times that).
-const HINT_GAP_MAX: u64 = 64 << 10;
 /// Fixed-point scale of the hit ratio.
 const RATIO_ONE: u32 = 1 << 16;
 
@@ -146,7 +137,7 @@ pub(super) struct KernelFile {
     /// Reads since the last probe while probing is off.
     skipped: AtomicU32,
     /// The readahead policy and the pages it has seen, for hints.
-    hints: Option<Mutex<Hints>>,
+    hints: Option<Mutex<ra::hints::Hinter>>,
     hinter: Option<Sender<Hint>>,
     /// Where the previous request ended: a request that starts there is a
     /// plain forward stream, which the kernel's readahead follows itself.
@@ -155,12 +146,6 @@ pub(super) struct KernelFile {
     /// that cannot hit one skips the table's lock).
     any_marker: AtomicBool,
     counters: Counters,
-}
-
-/// The Buffered mode's readahead state.
-struct Hints {
-    policy: Box<dyn Policy>,
-    table: HintTable,
 }
 
 /// Hints for the helper thread: `(offset, len)` byte runs of one file.
@@ -185,11 +170,6 @@ pub(super) fn start_hinter() -> Option<Sender<Hint>> {
         .ok()?;
     Some(tx)
 }
-
-/// What the policy sees of a kernel-mode file: the pages it has read or
-/// hinted (whether the kernel still holds them is not asked: a hint for a
-/// cached page costs the helper a lookup, not a read).
-type HintTable = crate::ra::SparseTable;
 
 /// Whether an error says the flag is not supported here.
 fn unsupported(e: &std::io::Error) -> bool {
@@ -223,12 +203,7 @@ impl KernelFile {
         let hints = (mode == Mode::Buffered)
             .then_some(policy)
             .flatten()
-            .map(|policy| {
-                Mutex::new(Hints {
-                    policy,
-                    table: HintTable::new(size.div_ceil(page)),
-                })
-            });
+            .map(|policy| Mutex::new(ra::hints::Hinter::new(policy, size, page)));
         KernelFile {
             mode,
             fd,
@@ -267,10 +242,7 @@ impl KernelFile {
 
     pub(super) fn set_size(&self, size: u64) {
         if let Some(h) = &self.hints {
-            let mut h = h.lock().unwrap_or_else(|p| p.into_inner());
-            h.table.pages = size.div_ceil(self.page);
-            h.table.present.clear();
-            h.table.marked.clear();
+            h.lock().unwrap_or_else(|p| p.into_inner()).set_size(size);
             self.any_marker.store(false, Ordering::Relaxed);
         }
     }
@@ -367,59 +339,17 @@ impl KernelFile {
             // No marker is out: a hit cannot be one (and takes no lock).
             return;
         }
-        let windows = {
+        let mut runs = Vec::new();
+        let pages = {
             let mut g = h.lock().unwrap_or_else(|p| p.into_inner());
-            let Hints { policy, table } = &mut *g;
-            let first = offset / self.page;
-            let count = end.div_ceil(self.page) - first;
-            if cached && !(first..first + count).any(|p| table.marked.contains(&p)) {
-                return;
-            }
-            if table.present.len() > HINT_TABLE_PAGES {
-                table.present.clear();
-                table.marked.clear();
-            }
-            ra::drive(&mut **policy, table, Request::new(first, count.max(1)));
-            self.any_marker
-                .store(!table.marked.is_empty(), Ordering::Relaxed);
-            std::mem::take(&mut table.windows)
+            let pages = g.request(offset, len as u64, cached, sequential, &mut runs);
+            self.any_marker.store(g.has_marker(), Ordering::Relaxed);
+            pages
         };
-        if sequential {
-            // The kernel's own readahead follows a plain forward stream.
-            return;
-        }
-        // Page runs, less the request's own pages (the caller reads those
-        // itself: a hint for them is a wasted system call on the helper).
-        let (req_first, req_end) = (
-            offset / self.page,
-            (offset + len as u64).div_ceil(self.page),
-        );
-        let mut page_runs: Vec<(u64, u64)> = Vec::new();
-        let mut push = |start: u64, count: u64| {
-            let end = start + count;
-            for (s, e) in [(start, end.min(req_first)), (start.max(req_end), end)] {
-                if s < e {
-                    page_runs.push((s, e - s));
-                }
-            }
-        };
-        for w in windows {
-            match w.shape {
-                Shape::Strided { run, period } if (period - run) * self.page <= HINT_GAP_MAX => {
-                    push(w.start, w.size)
-                }
-                _ => w.for_each_run(&mut push),
-            }
-        }
-        let runs: Vec<(u64, u64)> = page_runs
-            .into_iter()
-            .map(|(s, n)| (s * self.page, n * self.page))
-            .collect();
         if runs.is_empty() {
             return;
         }
         add(&self.counters.hints, runs.len() as u64);
-        let pages: u64 = runs.iter().map(|r| r.1 / self.page).sum();
         add(&self.counters.hinted_pages, pages);
         let _ = tx.send(Hint {
             fd: self.fd.clone(),

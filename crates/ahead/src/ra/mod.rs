@@ -57,9 +57,11 @@
 //! * Policies do no I/O, read no clock and allocate nothing per decision.
 
 pub mod ahead;
+pub mod hints;
 pub mod legacy;
 pub mod ondemand;
 mod sparse;
+#[cfg(test)]
 pub(crate) use sparse::SparseTable;
 
 use std::fmt;

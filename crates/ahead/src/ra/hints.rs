@@ -1,0 +1,178 @@
+//! Readahead for a cache ahead does not hold: a policy that sees a file's
+//! requests and answers with the byte runs to hint to the kernel
+//! (`POSIX_FADV_WILLNEED`). The Buffered mode and the `ahead run` preload
+//! both use it.
+//!
+//! The policy is consulted as the kernel's on-demand readahead is: at
+//! misses and at lookahead markers. Which pages are "cached" is this
+//! table's own record of what was read or hinted, not the kernel's (a hint
+//! for a page the kernel still holds costs a lookup, not a read). A request
+//! that starts where the previous one ended is a plain forward stream that
+//! the kernel's own readahead follows: the policy learns from it but no
+//! hint is sent.
+
+use super::{sparse::SparseTable, Policy, Request, Shape};
+
+/// Most pages the table remembers; past it the table starts afresh (the
+/// policy then sees a cold file and re-learns its streams).
+pub const TABLE_PAGES: usize = 1 << 16;
+/// A strided window whose gaps are at most this many bytes is hinted whole,
+/// gaps included, as Direct mode reads it: one large read costs the device
+/// less than a request per run (a 4 KiB read every 16 KiB, one hint per
+/// run, ran at 63 MB/s cold on the development disk; the whole span at
+/// several times that).
+pub const GAP_MAX: u64 = 64 << 10;
+
+/// One file's readahead policy and the pages it has seen.
+pub struct Hinter {
+    policy: Box<dyn Policy>,
+    table: SparseTable,
+    page: u64,
+}
+
+impl Hinter {
+    /// A hinter for a file of `size` bytes read in pages of `page` bytes
+    /// (the kernel's page: fadvise works in it).
+    pub fn new(policy: Box<dyn Policy>, size: u64, page: u64) -> Hinter {
+        let page = page.max(1);
+        Hinter {
+            policy,
+            table: SparseTable::new(size.div_ceil(page)),
+            page,
+        }
+    }
+
+    /// The file's size changed: the table starts afresh.
+    pub fn set_size(&mut self, size: u64) {
+        self.table.pages = size.div_ceil(self.page);
+        self.table.present.clear();
+        self.table.marked.clear();
+    }
+
+    /// Whether a lookahead marker is out (a request the caller knows to be
+    /// cached can only matter to the policy if it lands on one).
+    pub fn has_marker(&self) -> bool {
+        !self.table.marked.is_empty()
+    }
+
+    /// The policy's name.
+    pub fn policy_name(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Feeds one request of `len` bytes at `offset`. `cached` says the
+    /// caller knows every byte of it was in the kernel's cache (then only a
+    /// marker on it is news); `sequential` says it began where the previous
+    /// request on the stream ended (the kernel follows that itself, so no
+    /// hint is sent). Appends the byte runs to hint, less the request's
+    /// own pages (the caller reads those itself), to `out`; returns how
+    /// many pages they cover.
+    pub fn request(
+        &mut self,
+        offset: u64,
+        len: u64,
+        cached: bool,
+        sequential: bool,
+        out: &mut Vec<(u64, u64)>,
+    ) -> u64 {
+        let page = self.page;
+        let end = offset.saturating_add(len);
+        let first = offset / page;
+        let count = end.div_ceil(page) - first;
+        if cached && !(first..first + count).any(|p| self.table.marked.contains(&p)) {
+            return 0;
+        }
+        if self.table.present.len() > TABLE_PAGES {
+            self.table.present.clear();
+            self.table.marked.clear();
+        }
+        super::drive(
+            &mut *self.policy,
+            &mut self.table,
+            Request::new(first, count.max(1)),
+        );
+        let windows = std::mem::take(&mut self.table.windows);
+        if sequential {
+            return 0;
+        }
+        let (req_first, req_end) = (first, first + count);
+        let before = out.len();
+        let mut push = |start: u64, n: u64| {
+            let stop = start + n;
+            for (s, e) in [(start, stop.min(req_first)), (start.max(req_end), stop)] {
+                if s < e {
+                    out.push((s, e - s));
+                }
+            }
+        };
+        for w in windows {
+            match w.shape {
+                Shape::Strided { run, period } if (period - run) * page <= GAP_MAX => {
+                    push(w.start, w.size)
+                }
+                _ => w.for_each_run(&mut push),
+            }
+        }
+        let mut pages = 0;
+        for r in &mut out[before..] {
+            pages += r.1;
+            *r = (r.0 * page, r.1 * page);
+        }
+        pages
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ra::{new_policy, PolicyKind, RaConfig};
+
+    fn hinter() -> Hinter {
+        Hinter::new(
+            new_policy(PolicyKind::Ahead, RaConfig::default()),
+            1 << 30,
+            4096,
+        )
+    }
+
+    #[test]
+    fn a_backward_stream_is_hinted_below_it_and_never_its_own_pages() {
+        let mut h = hinter();
+        let mut out = Vec::new();
+        let mut hinted = 0;
+        let mut offset = 512 << 20;
+        for _ in 0..64 {
+            offset -= 8192;
+            out.clear();
+            hinted += h.request(offset, 8192, false, false, &mut out);
+            for &(s, n) in &out {
+                assert!(s + n <= offset || s >= offset + 8192, "{s}+{n} vs {offset}");
+                assert!(s < 512 << 20);
+            }
+        }
+        // 64 reads of 2 pages walked 128 pages down: the policy hinted
+        // below them, more than the walk itself.
+        assert!(hinted >= 128, "hinted {hinted} pages");
+    }
+
+    #[test]
+    fn a_forward_stream_is_left_to_the_kernel() {
+        let mut h = hinter();
+        let mut out = Vec::new();
+        // A stream from the start of the file continues "the previous
+        // request" (none, ending at 0), as the kernel sees it.
+        for i in 0..256u64 {
+            h.request(i * 4096, 4096, false, true, &mut out);
+        }
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn cached_requests_without_a_marker_cost_nothing() {
+        let mut h = hinter();
+        let mut out = Vec::new();
+        assert_eq!(h.request(1 << 20, 4096, true, false, &mut out), 0);
+        assert!(out.is_empty());
+        assert!(!h.has_marker());
+    }
+}
