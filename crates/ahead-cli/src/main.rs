@@ -9,6 +9,7 @@ mod copy;
 mod doctor;
 mod read;
 mod resident;
+mod run;
 mod sim;
 mod stress;
 
@@ -51,6 +52,12 @@ enum Command {
     /// RWF_DONTCACHE, O_DIRECT, cachestat), the file system and device
     /// under PATH, cgroup I/O limits, and what ahead does about each.
     Doctor(doctor::DoctorArgs),
+    /// Run a program with ahead's readahead (or cache-neutral reads) on its
+    /// reads, with no change to the program (an LD_PRELOAD library).
+    Run(run::RunArgs),
+    /// Run a program and record every read it makes of a regular file, in
+    /// the simulator's trace format.
+    Trace(run::TraceArgs),
 }
 
 /// `v` with the fields of the object `more` added (JSON summaries built
@@ -81,6 +88,8 @@ fn main() -> ExitCode {
         Command::Warm(args) => resident::warm(args),
         Command::Stress(args) => stress::run(args),
         Command::Doctor(args) => doctor::run(args).map(|()| true),
+        Command::Run(args) => run::run(args).map(|()| false),
+        Command::Trace(args) => run::trace(args).map(|()| false),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -76,6 +76,14 @@ impl StateDir {
     /// Opens (making what is missing) the caller's journal directory, or
     /// says why there is none.
     pub fn open() -> Result<StateDir, String> {
+        StateDir::open_at(&LEVELS)
+    }
+
+    /// Opens (making what is missing) the caller's private directory
+    /// `levels` below the state directory (`$XDG_STATE_HOME` when it is the
+    /// caller's own, else `~/.local/state`), every level made 0700 and
+    /// checked to be the caller's alone.
+    pub fn open_at(levels: &[&str]) -> Result<StateDir, String> {
         let euid = rustix::process::geteuid().as_raw();
         // $XDG_STATE_HOME is honoured only when it is the caller's own: an
         // environment inherited through sudo may name another user's.
@@ -105,7 +113,7 @@ impl StateDir {
         };
         let mut fd = base_fd;
         let mut path = base;
-        for level in LEVELS {
+        for &level in levels {
             path.push(level);
             fd = make_level(&fd, level, euid).map_err(|e| format!("{}: {e}", path.display()))?;
         }
@@ -115,6 +123,11 @@ impl StateDir {
     /// The directory's path, for messages.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The open directory.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 

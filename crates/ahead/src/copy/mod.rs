@@ -69,7 +69,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::{residency, sys, Error, Result};
-use journal::{Header, Journal, SourceId, StateDir};
+pub use journal::StateDir;
+use journal::{Header, Journal, SourceId};
 use place::{Source, SrcKind, Target};
 
 use dest::*;

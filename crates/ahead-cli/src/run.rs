@@ -1,0 +1,234 @@
+//! `ahead run` and `ahead trace`: ahead's readahead, cache-neutral reads and
+//! read traces for programs that were never written for them, through the
+//! preload library of crates/ahead-preload (carried inside this binary by
+//! build.rs).
+//!
+//! The library is written once to the caller's private state directory
+//! (`~/.local/state/ahead/preload`, 0700, checked to be the caller's
+//! alone), named by a checksum of its bytes, and given to the program in
+//! `LD_PRELOAD`; then `ahead` execs the program, so the program's exit
+//! status and signals are its own.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use rustix::fs::{Mode, OFlags};
+
+/// The preload library's bytes.
+static PRELOAD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libahead_preload.so"));
+
+/// Arguments of `ahead run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// ahead's readahead for the program's reads (the default): hints for
+    /// the backward, strided and interleaved streams the kernel does not
+    /// follow, sent from a helper thread.
+    #[arg(long, conflicts_with_all = ["uncached", "off"])]
+    readahead: bool,
+    /// Leave the page cache as the program found it (reads and writes with
+    /// RWF_DONTCACHE, else residency checks and DONTNEED).
+    #[arg(long, conflicts_with = "off")]
+    uncached: bool,
+    /// Load the library but do nothing (its own cost).
+    #[arg(long)]
+    off: bool,
+    /// Uncached mode: do not use RWF_DONTCACHE even where the kernel has
+    /// it (the fallback's way).
+    #[arg(long, requires = "uncached")]
+    no_dontcache: bool,
+    /// Write per-file counters here, one JSON line per file and process:
+    /// requests, bytes, hints, pages hinted, and how many of those the
+    /// program then read.
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<OsString>,
+}
+
+/// Arguments of `ahead trace`.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// The trace file (replaced): one line per read of a regular file, in
+    /// the simulator's format (`ahead sim replay FILE` reads it).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: PathBuf,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<OsString>,
+}
+
+/// Runs `ahead run`: only returns on an error (else it becomes CMD).
+pub fn run(args: RunArgs) -> Result<()> {
+    let mode = if args.uncached {
+        "uncached"
+    } else if args.off {
+        "off"
+    } else {
+        "readahead"
+    };
+    let mut env = vec![("AHEAD_RUN_MODE", OsString::from(mode))];
+    if args.no_dontcache {
+        env.push(("AHEAD_RUN_DONTCACHE", "0".into()));
+    }
+    if let Some(stats) = &args.stats {
+        env.push(("AHEAD_RUN_STATS", fresh_output(stats, b"")?.into()));
+    }
+    launch(&args.cmd, env)
+}
+
+/// Runs `ahead trace`: only returns on an error.
+pub fn trace(args: TraceArgs) -> Result<()> {
+    let mut header = b"# ahead trace: OFFSET LENGTH STREAM file=PID:N tid=TID t=NS; '# file PID:N SIZE PATH' names a file\n# command:".to_vec();
+    for a in &args.cmd {
+        header.push(b' ');
+        header.extend_from_slice(a.as_bytes());
+    }
+    header.push(b'\n');
+    let path = fresh_output(&args.output, &header)?;
+    launch(
+        &args.cmd,
+        vec![
+            ("AHEAD_RUN_MODE", OsString::from("trace")),
+            ("AHEAD_RUN_TRACE", path.into()),
+        ],
+    )
+}
+
+/// Creates (or empties) an output file the preload then appends to, and
+/// returns its absolute path. An existing link is not followed.
+fn fresh_output(path: &Path, header: &[u8]) -> Result<PathBuf> {
+    let abs = std::path::absolute(path).with_context(|| format!("{}", path.display()))?;
+    let fd = rustix::fs::open(
+        &abs,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .with_context(|| format!("{}", abs.display()))?;
+    let st = rustix::fs::fstat(&fd)?;
+    if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
+        bail!("{}: not a regular file", abs.display());
+    }
+    rustix::io::write(&fd, header).with_context(|| format!("{}", abs.display()))?;
+    Ok(abs)
+}
+
+/// Why the preload cannot act on `cmd`, if it can tell before running it.
+fn cannot_act(cmd: &OsStr) -> Option<String> {
+    let path = resolve(cmd)?;
+    let mut head = [0u8; 64];
+    let mut f = std::fs::File::open(&path).ok()?;
+    let meta = f.metadata().ok()?;
+    let euid = rustix::process::geteuid().as_raw();
+    use std::os::unix::fs::MetadataExt;
+    if meta.mode() & 0o6000 != 0 && euid != 0 {
+        return Some(format!(
+            "{} is setuid or setgid: the loader ignores LD_PRELOAD for it",
+            path.display()
+        ));
+    }
+    let n = f.read(&mut head).ok()?;
+    if n < 64 || &head[..4] != b"\x7fELF" || head[4] != 2 {
+        return None; // a script: its interpreter is what runs
+    }
+    // 64-bit little-endian ELF: look for a PT_INTERP program header.
+    let phoff = u64::from_le_bytes(head[32..40].try_into().ok()?);
+    let phentsize = u16::from_le_bytes(head[54..56].try_into().ok()?) as u64;
+    let phnum = u16::from_le_bytes(head[56..58].try_into().ok()?) as u64;
+    let mut table = vec![0u8; (phentsize * phnum).min(1 << 16) as usize];
+    use std::io::{Seek, SeekFrom};
+    f.seek(SeekFrom::Start(phoff)).ok()?;
+    f.read_exact(&mut table).ok()?;
+    let dynamic = table
+        .chunks(phentsize.max(4) as usize)
+        .any(|ph| ph.len() >= 4 && u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == 3);
+    (!dynamic).then(|| {
+        format!(
+            "{} is statically linked: no preload library can act on it",
+            path.display()
+        )
+    })
+}
+
+/// The file `cmd` names, searched in PATH as execvp does.
+fn resolve(cmd: &OsStr) -> Option<PathBuf> {
+    if cmd.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(cmd));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// Puts the library in place, sets the environment and execs the program.
+fn launch(cmd: &[OsString], env: Vec<(&str, OsString)>) -> Result<()> {
+    let lib = library().context("placing the preload library")?;
+    if let Some(why) = cannot_act(&cmd[0]) {
+        eprintln!("ahead: {why}; running it as it is");
+    }
+    let mut preload = lib.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    let mut c = std::process::Command::new(&cmd[0]);
+    c.args(&cmd[1..]).env("LD_PRELOAD", preload);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let err = c.exec();
+    bail!("{}: {err}", cmd[0].to_string_lossy())
+}
+
+/// The library's path in the caller's private directory, written there if
+/// it is not already (the same bytes under the same checksum name).
+fn library() -> Result<PathBuf> {
+    let dir = ahead::copy::StateDir::open_at(&["ahead", "preload"]).map_err(anyhow::Error::msg)?;
+    let sum = xxhash_rust::xxh3::xxh3_64(PRELOAD);
+    let name = format!("libahead_preload-{sum:016x}.so");
+    let path = dir.path().join(&name);
+    if let Ok(fd) = rustix::fs::openat(
+        dir.fd(),
+        name.as_str(),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        let st = rustix::fs::fstat(&fd)?;
+        let mut have = Vec::with_capacity(PRELOAD.len());
+        std::fs::File::from(fd).read_to_end(&mut have)?;
+        if st.st_uid == rustix::process::geteuid().as_raw()
+            && st.st_mode & 0o022 == 0
+            && have == PRELOAD
+        {
+            return Ok(path);
+        }
+        rustix::fs::unlinkat(dir.fd(), name.as_str(), rustix::fs::AtFlags::empty())?;
+    }
+    let token: u64 = {
+        let mut b = [0u8; 8];
+        rustix::rand::getrandom(&mut b, rustix::rand::GetRandomFlags::empty())?;
+        u64::from_le_bytes(b)
+    };
+    let tmp = format!(".{name}.{token:016x}.part");
+    let fd = rustix::fs::openat(
+        dir.fd(),
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o500),
+    )?;
+    let mut rest = PRELOAD;
+    while !rest.is_empty() {
+        let n = rustix::io::write(&fd, rest)?;
+        rest = &rest[n..];
+    }
+    rustix::fs::fsync(&fd)?;
+    drop(fd);
+    rustix::fs::renameat(dir.fd(), tmp.as_str(), dir.fd(), name.as_str())?;
+    Ok(path)
+}

@@ -1,0 +1,543 @@
+//! The helper thread: it takes the reads the hooks queue, runs the
+//! readahead policy of each file, sends the kernel its hints, keeps the
+//! per-file counters of `--stats`, and writes the lines of `ahead trace`.
+//!
+//! The queue is a bounded lock-free array ([`crossbeam_queue::ArrayQueue`],
+//! allocated once): a hook's push neither locks nor allocates, and wakes
+//! the helper with one futex call only when the helper sleeps. A full queue
+//! drops the event (counted) in readahead mode; `trace` waits for room, as
+//! a recording must be whole.
+//!
+//! **Trace format** (`ahead sim replay` reads it): `#` lines are comments;
+//! `# file ID SIZE PATH` names a file; each read is
+//! `OFFSET LENGTH STREAM file=ID tid=TID t=NS`, where STREAM is the
+//! descriptor, ID is `PID:N` (N counts the files a process opened), TID the
+//! thread and NS `CLOCK_MONOTONIC` in nanoseconds. LENGTH is what the read
+//! returned.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::num::NonZeroU64;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ahead::ra::hints::Hinter;
+use ahead::ra::{new_policy, PolicyKind, RaConfig};
+use crossbeam_queue::ArrayQueue;
+use libc::c_int;
+
+use crate::{mode, Mode, RUNTIME};
+
+/// Events the queue holds; about 1 MiB.
+const QUEUE: usize = 1 << 15;
+/// The policy's largest window: 2 MiB, past the kernel's 128 KiB default
+/// (read_ahead_kb) and as large as the windows Direct mode reads, so that
+/// a backward stream keeps several device reads in flight.
+const MAX_WINDOW: u64 = 2 << 20;
+/// Pages remembered per file for the accuracy count.
+const HINTED_SET_MAX: usize = 1 << 20;
+/// Trace bytes kept before they are appended to the file.
+const TRACE_FLUSH: usize = 1 << 20;
+
+/// What happened.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Kind {
+    Read,
+    Write,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    kind: Kind,
+    fd: c_int,
+    gen: u32,
+    offset: u64,
+    len: u64,
+    tid: u32,
+    t: u64,
+}
+
+/// Where the outputs go.
+#[derive(Clone, Default)]
+pub(crate) struct Config {
+    pub(crate) stats: Option<String>,
+    pub(crate) trace: Option<String>,
+}
+
+/// One process's queue, helper and state.
+pub(crate) struct Runtime {
+    queue: ArrayQueue<Event>,
+    /// 1 while the helper sleeps on it.
+    sleeping: AtomicU32,
+    started: AtomicBool,
+    /// The helper has taken every event pushed so far and is idle.
+    dropped: AtomicU64,
+    exiting: AtomicBool,
+    state: Mutex<State>,
+    config: Config,
+}
+
+impl Runtime {
+    fn new(config: Config) -> Runtime {
+        Runtime {
+            queue: ArrayQueue::new(QUEUE),
+            sleeping: AtomicU32::new(0),
+            started: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            exiting: AtomicBool::new(false),
+            state: Mutex::new(State::default()),
+            config,
+        }
+    }
+}
+
+fn runtime() -> Option<&'static Runtime> {
+    let p = RUNTIME.load(Ordering::Acquire);
+    // SAFETY: runtimes are leaked, never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// At load: the runtime of this process.
+pub(crate) fn install(config: Config) {
+    let rt = Box::into_raw(Box::new(Runtime::new(config)));
+    RUNTIME.store(rt, Ordering::Release);
+}
+
+/// In a fork's child: the parent's helper is not here, and its queue and
+/// state may have been mid-change. Start afresh (the old runtime leaks: it
+/// may be in use by nothing but cannot be proven free).
+pub(crate) fn after_fork() {
+    let config = runtime().map(|r| r.config.clone()).unwrap_or_default();
+    install(config);
+}
+
+/// The file position of `fd` (None if it has none).
+pub(crate) fn position(fd: c_int) -> Option<u64> {
+    // SAFETY: a descriptor the program passed; lseek(0, SEEK_CUR) moves nothing.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    rustix::fs::seek(bfd, rustix::fs::SeekFrom::Current(0)).ok()
+}
+
+fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Queues one read or write for the helper.
+pub(crate) fn note(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
+    crate::busy_during(|| note_inner(kind, fd, gen, offset, len))
+}
+
+fn note_inner(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
+    let Some(rt) = runtime() else { return };
+    if rt.exiting.load(Ordering::Relaxed) {
+        return;
+    }
+    let trace = mode() == Mode::Trace;
+    let ev = Event {
+        kind,
+        fd,
+        gen,
+        offset,
+        len,
+        tid: if trace {
+            rustix::thread::gettid().as_raw_nonzero().get() as u32
+        } else {
+            0
+        },
+        t: if trace { now_ns() } else { 0 },
+    };
+    if !rt.started.load(Ordering::Acquire) && !start(rt) {
+        return;
+    }
+    let mut ev = ev;
+    loop {
+        match rt.queue.push(ev) {
+            Ok(()) => break,
+            Err(back) if trace => {
+                ev = back;
+                wake(rt);
+                std::thread::yield_now();
+            }
+            Err(_) => {
+                rt.dropped.fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+        }
+    }
+    wake(rt);
+}
+
+fn wake(rt: &Runtime) {
+    if rt.sleeping.load(Ordering::SeqCst) == 1 {
+        rt.sleeping.store(0, Ordering::SeqCst);
+        let _ = rustix::thread::futex::wake(&rt.sleeping, rustix::thread::futex::Flags::PRIVATE, 1);
+    }
+}
+
+/// Starts the helper (once per process); false if it cannot run.
+fn start(rt: &'static Runtime) -> bool {
+    if rt
+        .started
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return true;
+    }
+    std::thread::Builder::new()
+        .name("ahead-run".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            crate::set_busy_forever();
+            helper_loop(rt)
+        })
+        .is_ok()
+}
+
+fn helper_loop(rt: &'static Runtime) {
+    let page = rustix::param::page_size() as u64;
+    let mut runs = Vec::new();
+    loop {
+        let mut any = false;
+        if let Ok(mut st) = rt.state.lock() {
+            while let Some(ev) = rt.queue.pop() {
+                any = true;
+                st.handle(ev, page, &mut runs);
+            }
+            st.flush_trace(&rt.config, false);
+        }
+        if any {
+            continue;
+        }
+        // Idle: a short spin first (a busy reader's next request is
+        // microseconds away), then sleep until a hook wakes us.
+        let mut found = false;
+        for _ in 0..32 {
+            std::thread::yield_now();
+            if !rt.queue.is_empty() {
+                found = true;
+                break;
+            }
+        }
+        if found {
+            continue;
+        }
+        rt.sleeping.store(1, Ordering::SeqCst);
+        if !rt.queue.is_empty() {
+            rt.sleeping.store(0, Ordering::SeqCst);
+            continue;
+        }
+        let limit = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 200_000_000,
+        };
+        let _ = rustix::thread::futex::wait(
+            &rt.sleeping,
+            rustix::thread::futex::Flags::PRIVATE,
+            1,
+            Some(&limit),
+        );
+        rt.sleeping.store(0, Ordering::SeqCst);
+    }
+}
+
+/// At exit: let the helper take what is queued, then write the outputs.
+pub(crate) fn at_exit() {
+    let Some(rt) = runtime() else { return };
+    rt.exiting.store(true, Ordering::SeqCst);
+    if !rt.started.load(Ordering::Acquire) {
+        return;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !rt.queue.is_empty() && std::time::Instant::now() < deadline {
+        wake(rt);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    loop {
+        match rt.state.try_lock() {
+            Ok(mut st) => {
+                st.finish(&rt.config, rt.dropped.load(Ordering::Relaxed));
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if std::time::Instant::now() >= deadline {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
+/// Counters of one file as one descriptor saw it.
+#[derive(Clone, Debug, Default)]
+struct FileStats {
+    path: String,
+    requests: u64,
+    bytes: u64,
+    writes: u64,
+    written: u64,
+    hints: u64,
+    hinted_pages: u64,
+    hinted_read: u64,
+    policy: &'static str,
+}
+
+/// One open descriptor of a regular file.
+struct Open {
+    gen: u32,
+    id: u64,
+    size: u64,
+    last_end: u64,
+    hinter: Option<Hinter>,
+    hinted: HashMap<u64, ()>,
+    stats: FileStats,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    open: HashMap<c_int, Open>,
+    done: Vec<FileStats>,
+    trace: String,
+    files: u64,
+}
+
+fn fd_size(fd: c_int) -> Option<u64> {
+    // SAFETY: a number; a closed one answers EBADF.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(bfd).ok().map(|s| s.st_size as u64)
+}
+
+fn fd_path(fd: c_int) -> String {
+    rustix::fs::readlink(format!("/proc/self/fd/{fd}"), Vec::new())
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("(fd {fd})"))
+}
+
+fn still(fd: c_int, gen: u32) -> bool {
+    crate::slot(fd).is_some_and(|s| s.gen.load(Ordering::Acquire) == gen)
+}
+
+impl State {
+    fn handle(&mut self, ev: Event, page: u64, runs: &mut Vec<(u64, u64)>) {
+        let stale = self.open.get(&ev.fd).is_some_and(|o| o.gen != ev.gen);
+        if stale {
+            if let Some(o) = self.open.remove(&ev.fd) {
+                self.done.push(o.stats);
+            }
+        }
+        if !self.open.contains_key(&ev.fd) {
+            let Some(size) = fd_size(ev.fd) else { return };
+            let path = fd_path(ev.fd);
+            if !still(ev.fd, ev.gen) {
+                return;
+            }
+            self.files += 1;
+            let hinter = (mode() == Mode::Readahead).then(|| {
+                Hinter::new(
+                    new_policy(
+                        PolicyKind::Ahead,
+                        RaConfig::with_max_pages(MAX_WINDOW / page),
+                    ),
+                    size,
+                    page,
+                )
+            });
+            if mode() == Mode::Trace {
+                let _ = writeln!(
+                    self.trace,
+                    "# file {}:{} {} {}",
+                    std::process::id(),
+                    self.files,
+                    size,
+                    path
+                );
+            }
+            self.open.insert(
+                ev.fd,
+                Open {
+                    gen: ev.gen,
+                    id: self.files,
+                    size,
+                    last_end: 0,
+                    stats: FileStats {
+                        path,
+                        policy: if hinter.is_some() { "ahead" } else { "" },
+                        ..FileStats::default()
+                    },
+                    hinter,
+                    hinted: HashMap::new(),
+                },
+            );
+        }
+        let Some(o) = self.open.get_mut(&ev.fd) else {
+            return;
+        };
+        if ev.kind == Kind::Write {
+            o.stats.writes += 1;
+            o.stats.written += ev.len;
+            return;
+        }
+        o.stats.requests += 1;
+        o.stats.bytes += ev.len;
+        if ev.len > 0 && !o.hinted.is_empty() {
+            let first = ev.offset / page;
+            let end = (ev.offset + ev.len).div_ceil(page);
+            for p in first..end {
+                if o.hinted.remove(&p).is_some() {
+                    o.stats.hinted_read += 1;
+                }
+            }
+        }
+        if mode() == Mode::Trace {
+            let _ = writeln!(
+                self.trace,
+                "{} {} {} file={}:{} tid={} t={}",
+                ev.offset,
+                ev.len,
+                ev.fd,
+                std::process::id(),
+                o.id,
+                ev.tid,
+                ev.t
+            );
+        }
+        let Some(h) = o.hinter.as_mut() else { return };
+        let end = ev.offset.saturating_add(ev.len);
+        if end > o.size {
+            if let Some(size) = fd_size(ev.fd) {
+                if size != o.size {
+                    o.size = size;
+                    h.set_size(size);
+                }
+            }
+        }
+        let sequential = o.last_end == ev.offset;
+        o.last_end = end;
+        runs.clear();
+        let pages = h.request(ev.offset, ev.len, false, sequential, runs);
+        if runs.is_empty() || !still(ev.fd, ev.gen) {
+            return;
+        }
+        // SAFETY: the generation says the number still means this file
+        // (a hint that loses the race with a close is advice to whatever
+        // file took the number: it reads pages, never changes them).
+        let bfd = unsafe { BorrowedFd::borrow_raw(ev.fd) };
+        for &(off, len) in runs.iter() {
+            let _ =
+                rustix::fs::fadvise(bfd, off, NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
+            if o.hinted.len() < HINTED_SET_MAX {
+                for p in off / page..(off + len) / page {
+                    o.hinted.insert(p, ());
+                }
+            }
+        }
+        o.stats.hints += runs.len() as u64;
+        o.stats.hinted_pages += pages;
+    }
+
+    fn flush_trace(&mut self, config: &Config, force: bool) {
+        if self.trace.is_empty() || (!force && self.trace.len() < TRACE_FLUSH) {
+            return;
+        }
+        if let Some(path) = &config.trace {
+            append(path, self.trace.as_bytes());
+        }
+        self.trace.clear();
+    }
+
+    fn finish(&mut self, config: &Config, dropped: u64) {
+        self.flush_trace(config, true);
+        let Some(path) = &config.stats else { return };
+        let mut all: Vec<FileStats> = std::mem::take(&mut self.done);
+        all.extend(self.open.drain().map(|(_, o)| o.stats));
+        // One record per file: descriptors of the same path add up.
+        let mut by_path: Vec<FileStats> = Vec::new();
+        for s in all {
+            match by_path.iter_mut().find(|b| b.path == s.path) {
+                Some(b) => {
+                    b.requests += s.requests;
+                    b.bytes += s.bytes;
+                    b.writes += s.writes;
+                    b.written += s.written;
+                    b.hints += s.hints;
+                    b.hinted_pages += s.hinted_pages;
+                    b.hinted_read += s.hinted_read;
+                }
+                None => by_path.push(s),
+            }
+        }
+        let mut out = String::new();
+        let m = match mode() {
+            Mode::Readahead => "readahead",
+            Mode::Uncached => "uncached",
+            Mode::Trace => "trace",
+            Mode::Off => "off",
+        };
+        for s in by_path {
+            let accuracy = if s.hinted_pages > 0 {
+                format!("{:.4}", s.hinted_read as f64 / s.hinted_pages as f64)
+            } else {
+                "null".into()
+            };
+            let _ = writeln!(
+                out,
+                "{{\"pid\":{},\"mode\":\"{}\",\"file\":{},\"requests\":{},\"bytes\":{},\"writes\":{},\"written\":{},\"hints\":{},\"hinted_pages\":{},\"hinted_pages_read\":{},\"accuracy\":{},\"policy\":\"{}\",\"events_dropped\":{}}}",
+                std::process::id(),
+                m,
+                json_string(&s.path),
+                s.requests,
+                s.bytes,
+                s.writes,
+                s.written,
+                s.hints,
+                s.hinted_pages,
+                s.hinted_read,
+                accuracy,
+                s.policy,
+                dropped
+            );
+        }
+        append(path, out.as_bytes());
+    }
+}
+
+fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Appends `bytes` to `path` in one write (O_APPEND: the processes of one
+/// run share the file). The descriptor lives only for the call.
+fn append(path: &str, bytes: &[u8]) {
+    use rustix::fs::{Mode as FMode, OFlags};
+    let Ok(fd) = rustix::fs::open(
+        path,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        FMode::from_raw_mode(0o600),
+    ) else {
+        return;
+    };
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match rustix::io::write(&fd, rest) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => rest = &rest[n..],
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The preload library of `ahead run` and `ahead trace`.
+//!
+//! Loaded with `LD_PRELOAD`, it interposes the read family of the C
+//! library (`read`, `pread`, `readv`, `preadv`, `preadv2` and their 64-bit
+//! and fortified variants), the write family and `copy_file_range` (for the
+//! uncached mode), and the calls that make a descriptor mean another file
+//! (`open*`, `creat*`, `close`, `close_range`, `dup*`, `fcntl(F_DUPFD*)`,
+//! `fclose`). What a program sees does not change: every hooked call makes
+//! the call it replaces, or (uncached mode) the same read or write with
+//! `RWF_DONTCACHE`, and `errno` is kept.
+//!
+//! The mode comes from `AHEAD_RUN_MODE` (set by `ahead run`):
+//! * `readahead`: each read of a regular file is queued, with no lock and
+//!   no allocation, for a helper thread. The helper feeds the file's
+//!   requests to ahead's readahead policy ([`ahead::ra::hints::Hinter`])
+//!   and sends the kernel `POSIX_FADV_WILLNEED` hints for the windows it
+//!   decides on streams the kernel does not follow (backward, strided,
+//!   interleaved). The program's thread never waits for a hint.
+//! * `uncached`: reads and writes of regular files leave the page cache as
+//!   they found it (see [`uncached`]).
+//! * `trace`: each read of a regular file is recorded (see [`helper`]).
+//! * `off`: the hooks only pass calls on (the library's own cost).
+//!
+//! Descriptors are tracked in a fixed table indexed by descriptor number
+//! (numbers past [`SLOTS`] are passed through untouched). A slot says
+//! whether the descriptor is a regular file, learnt with one `fstat` at its
+//! first read, and carries a generation that every open, close or dup onto
+//! the number bumps, so that the helper never takes a reused number for the
+//! file it was.
+
+#![allow(clippy::missing_safety_doc)]
+
+mod helper;
+mod hooks;
+mod uncached;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use libc::c_int;
+
+/// Descriptors the table tracks (0..SLOTS).
+pub const SLOTS: usize = 1 << 16;
+
+/// What a slot knows of its descriptor.
+const UNKNOWN: u8 = 0;
+const REGULAR: u8 = 1;
+const OTHER: u8 = 2;
+
+/// One descriptor number's state.
+pub(crate) struct Slot {
+    pub(crate) gen: AtomicU32,
+    kind: AtomicU8,
+    /// Uncached mode: RWF_DONTCACHE was refused on this descriptor.
+    pub(crate) no_dontcache: AtomicU8,
+    /// Uncached mode's write fallback: bytes written since the last flush.
+    pub(crate) unflushed: AtomicU64,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot {
+            gen: AtomicU32::new(0),
+            kind: AtomicU8::new(UNKNOWN),
+            no_dontcache: AtomicU8::new(0),
+            unflushed: AtomicU64::new(0),
+        }
+    }
+}
+
+static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+
+pub(crate) fn slot(fd: c_int) -> Option<&'static Slot> {
+    usize::try_from(fd).ok().and_then(|i| TABLE.get(i))
+}
+
+/// The descriptor now means another file (or none).
+pub(crate) fn reset(fd: c_int) {
+    if let Some(s) = slot(fd) {
+        s.kind.store(UNKNOWN, Ordering::Release);
+        s.no_dontcache.store(0, Ordering::Relaxed);
+        s.unflushed.store(0, Ordering::Relaxed);
+        s.gen.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// If `fd` is a tracked regular file: its slot and generation.
+pub(crate) fn regular(fd: c_int) -> Option<(&'static Slot, u32)> {
+    let s = slot(fd)?;
+    match s.kind.load(Ordering::Acquire) {
+        REGULAR => Some((s, s.gen.load(Ordering::Acquire))),
+        OTHER => None,
+        _ => {
+            let gen = s.gen.load(Ordering::Acquire);
+            // SAFETY: fstat on a number the program passed; a closed one
+            // answers EBADF.
+            let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            let kind = match rustix::fs::fstat(bfd) {
+                Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => REGULAR,
+                Ok(_) => OTHER,
+                Err(_) => return None,
+            };
+            if s.gen.load(Ordering::Acquire) == gen {
+                let _ = s
+                    .kind
+                    .compare_exchange(UNKNOWN, kind, Ordering::AcqRel, Ordering::Relaxed);
+            }
+            (kind == REGULAR).then_some((s, gen))
+        }
+    }
+}
+
+/// What the library does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum Mode {
+    Off = 0,
+    Readahead = 1,
+    Uncached = 2,
+    Trace = 3,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(Mode::Off as u8);
+/// Uncached mode may use RWF_DONTCACHE (`AHEAD_RUN_DONTCACHE=0` says not).
+static DONTCACHE: AtomicU8 = AtomicU8::new(1);
+
+pub(crate) fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        1 => Mode::Readahead,
+        2 => Mode::Uncached,
+        3 => Mode::Trace,
+        _ => Mode::Off,
+    }
+}
+
+pub(crate) fn dontcache_allowed() -> bool {
+    DONTCACHE.load(Ordering::Relaxed) == 1
+}
+
+thread_local! {
+    /// Set on the helper thread and inside a hook's own work: hooks reached
+    /// from there pass the call on and do nothing else.
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread may act (not the helper, not inside a hook).
+pub(crate) fn may_act() -> bool {
+    BUSY.try_with(|b| !b.get()).unwrap_or(false)
+}
+
+pub(crate) fn set_busy_forever() {
+    let _ = BUSY.try_with(|b| b.set(true));
+}
+
+/// The C library's `errno`.
+pub(crate) fn errno() -> c_int {
+    // SAFETY: glibc's per-thread errno location is always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// The helper's runtime of this process (replaced in a fork's child).
+pub(crate) static RUNTIME: AtomicPtr<helper::Runtime> = AtomicPtr::new(std::ptr::null_mut());
+
+fn getenv(name: &str) -> Option<String> {
+    std::env::var_os(name).and_then(|v| v.into_string().ok())
+}
+
+extern "C" fn init() {
+    set_busy_forever_during(|| {
+        let mode = match getenv("AHEAD_RUN_MODE").as_deref() {
+            Some("readahead") => Mode::Readahead,
+            Some("uncached") => Mode::Uncached,
+            Some("trace") => Mode::Trace,
+            _ => Mode::Off,
+        };
+        if getenv("AHEAD_RUN_DONTCACHE").as_deref() == Some("0") {
+            DONTCACHE.store(0, Ordering::Relaxed);
+        }
+        let config = helper::Config {
+            stats: getenv("AHEAD_RUN_STATS"),
+            trace: getenv("AHEAD_RUN_TRACE"),
+        };
+        helper::install(config);
+        MODE.store(mode as u8, Ordering::Release);
+        // SAFETY: registering plain functions.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+    });
+}
+
+/// Runs `f` with this thread marked as inside the library.
+pub(crate) fn busy_during<T>(f: impl FnOnce() -> T) -> T {
+    let was = BUSY.try_with(|b| b.replace(true)).unwrap_or(true);
+    let r = f();
+    let _ = BUSY.try_with(|b| b.set(was));
+    r
+}
+
+fn set_busy_forever_during(f: impl FnOnce()) {
+    let was = BUSY.try_with(|b| b.replace(true)).unwrap_or(true);
+    f();
+    let _ = BUSY.try_with(|b| b.set(was));
+}
+
+extern "C" fn after_fork_child() {
+    helper::after_fork();
+}
+
+extern "C" fn fini() {
+    helper::at_exit();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = fini;

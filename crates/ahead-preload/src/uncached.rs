@@ -1,0 +1,440 @@
+//! The uncached mode: a program's reads and writes of regular files leave
+//! the page cache as they found it.
+//!
+//! * **`RWF_DONTCACHE`** (Linux 6.14): each read or write is made as the
+//!   same `preadv2`/`pwritev2` with the flag added (offset -1 where the
+//!   program used the file position, which `preadv2` then uses and moves
+//!   exactly as `read` would). Pages the call brings in leave with it;
+//!   pages cached before stay.
+//! * **Elsewhere** (the flag refused, or `AHEAD_RUN_DONTCACHE=0`), reads:
+//!   the pages of the request are looked at with `mincore` just before the
+//!   read and only those that were not cached are dropped after it
+//!   (`POSIX_FADV_DONTNEED`), with the kernel's readahead off for the
+//!   descriptor (`POSIX_FADV_RANDOM`) so that it brings in nothing
+//!   unasked. Writes: every [`FLUSH_EVERY`] bytes, and at close, the file's
+//!   dirty pages are written back (`sync_file_range`) and dropped, as
+//!   Debian's `nocache` and Linus Torvalds' streaming-write recipe do.
+//! * `copy_file_range` copies inside the kernel, through the cache: here it
+//!   becomes a loop of the reads and writes above, with the same result,
+//!   offsets and file positions.
+
+use libc::{c_int, c_void, iovec, off64_t, size_t, ssize_t};
+use std::sync::atomic::Ordering;
+
+use crate::helper::{self, Kind};
+use crate::hooks::{real, Pos};
+use crate::Slot;
+
+/// `RWF_DONTCACHE` (include/uapi/linux/fs.h, Linux 6.14).
+const RWF_DONTCACHE: c_int = 0x80;
+/// The write fallback flushes and drops a file's dirty pages this often.
+pub const FLUSH_EVERY: u64 = 8 << 20;
+/// Pages whose residency fits the stack buffer (16 MiB of 4 KiB pages);
+/// larger reads map an anonymous buffer for it.
+const STACK_PAGES: usize = 4096;
+
+fn off_arg(pos: Pos) -> i64 {
+    match pos {
+        Pos::At(o) => o,
+        Pos::Current => -1,
+    }
+}
+
+fn refused(r: ssize_t) -> bool {
+    r < 0 && matches!(crate::errno(), libc::EOPNOTSUPP | libc::EINVAL)
+}
+
+fn page() -> u64 {
+    rustix::param::page_size() as u64
+}
+
+/// A read of a regular file in uncached mode.
+pub(crate) fn read(
+    fd: c_int,
+    slot: &Slot,
+    gen: u32,
+    pos: Pos,
+    iov: &[iovec],
+    flags: c_int,
+    call: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    if iov.is_empty() {
+        return call();
+    }
+    if crate::dontcache_allowed() && slot.no_dontcache.load(Ordering::Relaxed) == 0 {
+        let e = crate::errno();
+        let r = match real!(preadv2: fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t) {
+            // SAFETY: the program's own buffers, as the original call had them.
+            Some(f) => unsafe {
+                f(
+                    fd,
+                    iov.as_ptr(),
+                    iov.len() as c_int,
+                    off_arg(pos),
+                    flags | RWF_DONTCACHE,
+                )
+            },
+            None => {
+                crate::set_errno(libc::EOPNOTSUPP);
+                -1
+            }
+        };
+        if !refused(r) {
+            if r > 0 {
+                let e2 = crate::errno();
+                count(Kind::Read, fd, gen, pos, r);
+                crate::set_errno(e2);
+            }
+            return r;
+        }
+        slot.no_dontcache.store(1, Ordering::Relaxed);
+        crate::set_errno(e);
+    }
+    // The fallback: residency before, drop what was not there after.
+    let e = crate::errno();
+    let offset = match pos {
+        Pos::At(o) => Some(o as u64),
+        Pos::Current => helper::position(fd),
+    };
+    let len: u64 = iov.iter().map(|i| i.iov_len as u64).sum();
+    let Some(offset) = offset else {
+        crate::set_errno(e);
+        return call();
+    };
+    let fadv = |off: u64, len: u64, advice: c_int| {
+        // SAFETY: advice on the program's descriptor; it changes no data.
+        unsafe { libc::posix_fadvise(fd, off as i64, len as i64, advice) };
+    };
+    if slot.no_dontcache.swap(2, Ordering::Relaxed) != 2 {
+        fadv(0, 0, libc::POSIX_FADV_RANDOM);
+    }
+    let pg = page();
+    let start = offset / pg * pg;
+    let pages = ((offset + len).div_ceil(pg) * pg - start) / pg;
+    let mut before = Residency::new(pages as usize);
+    let seen = before.fill(fd, start, pages);
+    crate::set_errno(e);
+    let r = call();
+    if r > 0 && seen {
+        let e = crate::errno();
+        let end_page = (offset + r as u64).div_ceil(pg) - start / pg;
+        let mut i = 0u64;
+        while i < end_page {
+            if before.cached(i as usize) {
+                i += 1;
+                continue;
+            }
+            let run_start = i;
+            while i < end_page && !before.cached(i as usize) {
+                i += 1;
+            }
+            fadv(
+                start + run_start * pg,
+                (i - run_start) * pg,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+        count(Kind::Read, fd, gen, pos, r);
+        crate::set_errno(e);
+    }
+    r
+}
+
+fn count(kind: Kind, fd: c_int, gen: u32, _pos: Pos, r: ssize_t) {
+    // The offset is not needed for the counters.
+    helper::note(kind, fd, gen, 0, r as u64);
+}
+
+/// A mincore vector: on the stack for small reads, mapped for large ones.
+struct Residency {
+    stack: [u8; STACK_PAGES],
+    map: *mut u8,
+    len: usize,
+}
+
+impl Residency {
+    fn new(pages: usize) -> Residency {
+        let mut r = Residency {
+            stack: [0; STACK_PAGES],
+            map: std::ptr::null_mut(),
+            len: pages,
+        };
+        if pages > STACK_PAGES {
+            // SAFETY: an anonymous private mapping, unmapped in Drop.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    pages,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                r.map = p as *mut u8;
+            } else {
+                r.len = 0;
+            }
+        }
+        r
+    }
+
+    fn vec(&mut self) -> &mut [u8] {
+        if self.map.is_null() {
+            let n = self.len.min(STACK_PAGES);
+            &mut self.stack[..n]
+        } else {
+            // SAFETY: a mapping of len bytes.
+            unsafe { std::slice::from_raw_parts_mut(self.map, self.len) }
+        }
+    }
+
+    /// Reads the residency of `pages` pages from `start`; false if it
+    /// cannot (then nothing is dropped).
+    fn fill(&mut self, fd: c_int, start: u64, pages: u64) -> bool {
+        if self.len < pages as usize || pages == 0 {
+            return false;
+        }
+        let bytes = pages * page();
+        // SAFETY: a shared read-only view of the file, unmapped below;
+        // never touched, only asked about.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd,
+                start as i64,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        let v = self.vec();
+        // SAFETY: the mapping above and a vector of one byte per page.
+        let ok = unsafe { libc::mincore(p, bytes as usize, v.as_mut_ptr()) } == 0;
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(p, bytes as usize) };
+        ok
+    }
+
+    fn cached(&self, i: usize) -> bool {
+        if self.map.is_null() {
+            self.stack.get(i).is_some_and(|b| b & 1 == 1)
+        } else if i < self.len {
+            // SAFETY: within the mapping.
+            unsafe { *self.map.add(i) & 1 == 1 }
+        } else {
+            false
+        }
+    }
+}
+
+impl Drop for Residency {
+    fn drop(&mut self) {
+        if !self.map.is_null() {
+            // SAFETY: the mapping made in new.
+            unsafe { libc::munmap(self.map as *mut c_void, self.len) };
+        }
+    }
+}
+
+/// A write of a regular file in uncached mode.
+pub(crate) fn write(
+    fd: c_int,
+    slot: &Slot,
+    gen: u32,
+    pos: Pos,
+    iov: &[iovec],
+    flags: c_int,
+    call: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    if iov.is_empty() {
+        return call();
+    }
+    if crate::dontcache_allowed() && slot.no_dontcache.load(Ordering::Relaxed) == 0 {
+        let e = crate::errno();
+        let r = match real!(pwritev2: fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t) {
+            // SAFETY: the program's own buffers, as the original call had them.
+            Some(f) => unsafe {
+                f(
+                    fd,
+                    iov.as_ptr(),
+                    iov.len() as c_int,
+                    off_arg(pos),
+                    flags | RWF_DONTCACHE,
+                )
+            },
+            None => {
+                crate::set_errno(libc::EOPNOTSUPP);
+                -1
+            }
+        };
+        if !refused(r) {
+            if r > 0 {
+                let e2 = crate::errno();
+                count(Kind::Write, fd, gen, pos, r);
+                crate::set_errno(e2);
+            }
+            return r;
+        }
+        slot.no_dontcache.store(1, Ordering::Relaxed);
+        crate::set_errno(e);
+    }
+    let r = call();
+    if r > 0 {
+        let e = crate::errno();
+        count(Kind::Write, fd, gen, pos, r);
+        let total = slot.unflushed.fetch_add(r as u64, Ordering::Relaxed) + r as u64;
+        if total >= FLUSH_EVERY {
+            slot.unflushed.store(0, Ordering::Relaxed);
+            flush_and_drop(fd);
+        }
+        crate::set_errno(e);
+    }
+    r
+}
+
+/// Writes back a file's dirty pages, waits, and drops its cached pages.
+fn flush_and_drop(fd: c_int) {
+    // SAFETY: writeback and advice on the program's descriptor.
+    unsafe {
+        libc::sync_file_range(
+            fd,
+            0,
+            0,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        );
+        libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+}
+
+/// Before a descriptor closes: what the write fallback left dirty goes.
+pub(crate) fn closing(fd: c_int) {
+    let Some(s) = crate::slot(fd) else { return };
+    if s.unflushed.swap(0, Ordering::Relaxed) > 0 {
+        flush_and_drop(fd);
+    }
+}
+
+/// `copy_file_range` between two regular files, made of uncached reads and
+/// writes: the same bytes, return value, offsets and positions.
+pub(crate) fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    _original: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    const BUF: usize = 1 << 20;
+    // SAFETY: an anonymous private buffer, unmapped before return.
+    let buf = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            BUF,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if buf == libc::MAP_FAILED {
+        return _original();
+    }
+    // SAFETY: pointers the program passed (null or valid, as the kernel
+    // requires of them).
+    let (mut pin, mut pout) = unsafe {
+        (
+            (!off_in.is_null()).then(|| *off_in),
+            (!off_out.is_null()).then(|| *off_out),
+        )
+    };
+    let mut done: u64 = 0;
+    let mut result: ssize_t = 0;
+    while (done as usize) < len {
+        let want = (len - done as usize).min(BUF);
+        let iov = [iovec {
+            iov_base: buf,
+            iov_len: want,
+        }];
+        // SAFETY: reads into our buffer through the hooked read path.
+        let r = unsafe {
+            match pin {
+                Some(o) => crate::hooks::pread64(fd_in, buf, want, o),
+                None => crate::hooks::read(fd_in, buf, want),
+            }
+        };
+        let _ = iov;
+        if r < 0 {
+            if done == 0 {
+                result = -1;
+            }
+            break;
+        }
+        if r == 0 {
+            break;
+        }
+        let mut written = 0usize;
+        let mut failed = false;
+        while written < r as usize {
+            // SAFETY: writes from our buffer through the hooked write path.
+            let w = unsafe {
+                let p = (buf as *const u8).add(written) as *const c_void;
+                match pout {
+                    Some(o) => {
+                        crate::hooks::pwrite64(fd_out, p, r as usize - written, o + written as i64)
+                    }
+                    None => crate::hooks::write(fd_out, p, r as usize - written),
+                }
+            };
+            if w <= 0 {
+                failed = true;
+                break;
+            }
+            written += w as usize;
+        }
+        if let Some(o) = pin.as_mut() {
+            *o += written as i64;
+        }
+        if let Some(o) = pout.as_mut() {
+            *o += written as i64;
+        }
+        if written < r as usize && pin.is_none() {
+            // Give back what was read but not written.
+            let back = (r as usize - written) as i64;
+            // SAFETY: moves the program's file position back by what it
+            // did not copy, as copy_file_range would not have read it.
+            let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd_in) };
+            let _ = rustix::fs::seek(bfd, rustix::fs::SeekFrom::Current(-back));
+        }
+        done += written as u64;
+        if failed {
+            if done == 0 {
+                result = -1;
+            }
+            break;
+        }
+    }
+    let e = crate::errno();
+    // SAFETY: the mapping made above; the program's offset pointers.
+    unsafe {
+        libc::munmap(buf, BUF);
+        if let Some(o) = pin {
+            *off_in = o;
+        }
+        if let Some(o) = pout {
+            *off_out = o;
+        }
+    }
+    crate::set_errno(e);
+    if result < 0 {
+        -1
+    } else {
+        done as ssize_t
+    }
+}
