@@ -35,6 +35,10 @@ pub struct SimArgs {
     /// File size (e.g. 4g); default depends on the scenario.
     #[arg(long = "file-size")]
     file_size: Option<String>,
+    /// `replay` of an `ahead trace` file: only the reads of this file (its
+    /// id in the trace, its path, or its name).
+    #[arg(long = "trace-file", value_name = "ID|PATH")]
+    trace_file: Option<String>,
     /// Seed of the random workloads.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -83,6 +87,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         record: size(&args.record, "record")?,
         max_readahead: size(&args.max_readahead, "max-readahead")?,
         file_size: size(&args.file_size, "file-size")?,
+        trace_file: args.trace_file.clone(),
         seed: args.seed,
         context_readahead: !args.no_context_readahead,
     };

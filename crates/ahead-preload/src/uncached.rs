@@ -10,8 +10,9 @@
 //!   the pages of the request are looked at with `mincore` just before the
 //!   read and only those that were not cached are dropped after it
 //!   (`POSIX_FADV_DONTNEED`), with the kernel's readahead off for the
-//!   descriptor (`POSIX_FADV_RANDOM`) so that it brings in nothing
-//!   unasked. Writes: every [`FLUSH_EVERY`] bytes, and at close, the file's
+//!   descriptor (`POSIX_FADV_RANDOM`). Pages up to [`LOOK_PAST`] beyond
+//!   the read are looked at and dropped the same way, as the kernel's
+//!   readahead can still bring them in. Writes: every [`FLUSH_EVERY`] bytes, and at close, the file's
 //!   dirty pages are written back (`sync_file_range`) and dropped, as
 //!   Debian's `nocache` and Linus Torvalds' streaming-write recipe do.
 //! * `copy_file_range` copies inside the kernel, through the cache: here it
@@ -29,9 +30,16 @@ use crate::Slot;
 const RWF_DONTCACHE: c_int = 0x80;
 /// The write fallback flushes and drops a file's dirty pages this often.
 pub const FLUSH_EVERY: u64 = 8 << 20;
-/// Pages whose residency fits the stack buffer (16 MiB of 4 KiB pages);
+/// Pages whose residency fits the stack buffer (32 MiB of 4 KiB pages);
 /// larger reads map an anonymous buffer for it.
-const STACK_PAGES: usize = 4096;
+const STACK_PAGES: usize = 8192;
+/// How far past a read the fallback looks: a read that lands on a
+/// lookahead marker left by someone else's readahead starts the kernel's
+/// async readahead even with `POSIX_FADV_RANDOM` set, up to twice the
+/// device's `read_ahead_kb` past the read (8 MiB on the development VM's
+/// virtio disk). Pages there that were not cached before the read are
+/// dropped after it as well.
+const LOOK_PAST: u64 = 16 << 20;
 
 fn off_arg(pos: Pos) -> i64 {
     match pos {
@@ -110,14 +118,14 @@ pub(crate) fn read(
     }
     let pg = page();
     let start = offset / pg * pg;
-    let pages = ((offset + len).div_ceil(pg) * pg - start) / pg;
+    let pages = ((offset + len).div_ceil(pg) * pg + LOOK_PAST - start) / pg;
     let mut before = Residency::new(pages as usize);
     let seen = before.fill(fd, start, pages);
     crate::set_errno(e);
     let r = call();
     if r > 0 && seen {
         let e = crate::errno();
-        let end_page = (offset + r as u64).div_ceil(pg) - start / pg;
+        let end_page = ((offset + r as u64).div_ceil(pg) * pg + LOOK_PAST - start) / pg;
         let mut i = 0u64;
         while i < end_page {
             if before.cached(i as usize) {

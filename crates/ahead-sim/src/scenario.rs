@@ -140,6 +140,8 @@ pub struct SimOptions {
     pub max_readahead: Option<u64>,
     /// File size in bytes.
     pub file_size: Option<u64>,
+    /// `replay`: only the reads of this file (its trace id, path or name).
+    pub trace_file: Option<String>,
     /// Seed of the random workloads.
     pub seed: u64,
     /// Context readahead in `ondemand` ([`RaConfig::context_readahead`]).
@@ -155,6 +157,7 @@ impl Default for SimOptions {
             record: None,
             max_readahead: None,
             file_size: None,
+            trace_file: None,
             seed: 42,
             context_readahead: true,
         }
@@ -619,54 +622,177 @@ pub struct TraceOp {
     pub len: u64,
     /// Stream id (0 if the line has none).
     pub stream: u64,
+    /// Index of the op's file in [`Trace::files`] (0 for a trace without
+    /// `file=` fields).
+    pub file: usize,
 }
 
-/// Parses a trace: one read per line, `offset length [stream-id]`, sizes in
-/// bytes or with units (`64k`); blank lines and `#` comments are skipped.
-pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Vec<TraceOp>, SimError> {
-    let mut ops = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
+/// A file a trace reads.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TraceFile {
+    /// The id of its `file=` fields ("" for a trace without them).
+    pub id: String,
+    /// Its size, from a `# file ID SIZE PATH` line.
+    pub size: Option<u64>,
+    /// Its path, from the same line.
+    pub path: Option<String>,
+}
+
+/// A parsed trace.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The reads, in order.
+    pub ops: Vec<TraceOp>,
+    /// The files, in order of first mention.
+    pub files: Vec<TraceFile>,
+}
+
+impl Trace {
+    fn file_index(&mut self, id: &str) -> usize {
+        match self.files.iter().position(|f| f.id == id) {
+            Some(i) => i,
+            None => {
+                self.files.push(TraceFile {
+                    id: id.to_string(),
+                    ..TraceFile::default()
+                });
+                self.files.len() - 1
+            }
         }
+    }
+
+    /// Keeps the ops of the files whose id or path is `which` (a path
+    /// matches whole or by its last component).
+    pub fn only(&mut self, which: &str) -> Result<(), String> {
+        let keep: Vec<usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                f.id == which
+                    || f.path.as_deref().is_some_and(|p| {
+                        p == which
+                            || std::path::Path::new(p)
+                                .file_name()
+                                .is_some_and(|n| n == which)
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if keep.is_empty() {
+            let names: Vec<String> = self
+                .files
+                .iter()
+                .map(|f| format!("{} {}", f.id, f.path.as_deref().unwrap_or("")))
+                .collect();
+            return Err(format!(
+                "no file '{which}' in the trace (it has: {})",
+                names.join(", ")
+            ));
+        }
+        self.ops.retain(|op| keep.contains(&op.file));
+        Ok(())
+    }
+}
+
+/// Parses a trace: one read per line, `offset length [stream-id]
+/// [file=ID] [tid=N] [t=NS]`, sizes in bytes or with units (`64k`); blank
+/// lines and `#` comments are skipped, except `# file ID SIZE PATH`,
+/// which names a file (`ahead trace` writes both).
+pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError> {
+    let mut trace = Trace::default();
+    // A trace without file= fields reads one file.
+    let plain = !text.contains("file=");
+    if plain {
+        trace.file_index("");
+    }
+    for (n, raw) in text.lines().enumerate() {
         let bad = |reason: String| SimError::Trace {
             path: path.to_path_buf(),
             line: n + 1,
             reason,
         };
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 2 || fields.len() > 3 {
+        if let Some(rest) = raw.trim_start().strip_prefix("# file ") {
+            let mut f = rest.splitn(3, ' ');
+            let (Some(id), Some(size)) = (f.next(), f.next()) else {
+                return Err(bad(format!(
+                    "expected '# file ID SIZE PATH', found '{raw}'"
+                )));
+            };
+            let size = size
+                .parse::<u64>()
+                .map_err(|_| bad(format!("file size '{size}' is not a whole number")))?;
+            if !plain {
+                let i = trace.file_index(id);
+                trace.files[i].size = Some(size);
+                trace.files[i].path = f.next().map(str::to_string);
+            }
+            continue;
+        }
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut positional: Vec<&str> = Vec::new();
+        let mut file = 0;
+        for field in line.split_whitespace() {
+            match field.split_once('=') {
+                Some(("file", id)) => file = trace.file_index(id),
+                Some(("tid", _)) | Some(("t", _)) => {}
+                Some((key, _)) => {
+                    return Err(bad(format!(
+                        "unknown field '{key}=' (known: file=, tid=, t=)"
+                    )))
+                }
+                None => positional.push(field),
+            }
+        }
+        if positional.len() < 2 || positional.len() > 3 {
             return Err(bad(format!(
                 "expected 'offset length [stream-id]', found {} field(s): '{line}'",
-                fields.len()
+                positional.len()
             )));
         }
         let offset =
-            ahead::units::parse_size(fields[0]).map_err(|e| bad(format!("offset: {e}")))?;
-        let len = ahead::units::parse_size(fields[1]).map_err(|e| bad(format!("length: {e}")))?;
+            ahead::units::parse_size(positional[0]).map_err(|e| bad(format!("offset: {e}")))?;
+        let len =
+            ahead::units::parse_size(positional[1]).map_err(|e| bad(format!("length: {e}")))?;
         if len == 0 {
             return Err(bad("length must be at least 1 byte".into()));
         }
-        let stream = match fields.get(2) {
+        let stream = match positional.get(2) {
             Some(s) => s
                 .parse::<u64>()
                 .map_err(|_| bad(format!("stream id '{s}' is not a whole number")))?,
             None => 0,
         };
-        ops.push(TraceOp {
+        trace.ops.push(TraceOp {
             offset,
             len,
             stream,
+            file,
         });
     }
-    if ops.is_empty() {
+    if trace.ops.is_empty() {
         return Err(SimError::Usage(format!(
             "{}: the trace has no reads",
             path.display()
         )));
     }
-    Ok(ops)
+    Ok(trace)
+}
+
+/// Reads and parses a trace file, keeping one file's reads if asked.
+pub fn load_trace(path: &std::path::Path, which: Option<&str>) -> Result<Trace, SimError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut trace = parse_trace(&text, path)?;
+    if let Some(w) = which {
+        trace.only(w).map_err(SimError::Usage)?;
+    }
+    Ok(trace)
 }
 
 fn replay(
@@ -674,31 +800,41 @@ fn replay(
     o: &SimOptions,
     path: &std::path::Path,
 ) -> Result<Vec<SimResult>, SimError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let ops = parse_trace(&text, path)?;
-    let end = ops.iter().map(|op| op.offset + op.len).max().unwrap_or(0);
+    let trace = load_trace(path, o.trace_file.as_deref())?;
+    let ops = &trace.ops;
     let mut s = setup(sc, o)?;
-    s.file = o.file_size.unwrap_or(end).max(end);
-    let pages = s.file.div_ceil(PAGE);
-    let mut streams: Vec<u64> = ops.iter().map(|op| op.stream).collect();
+    // Each file sized to the larger of its recorded size and its reads
+    // (the simulated file is the first file when there is one).
+    let sizes: Vec<u64> = (0..trace.files.len())
+        .map(|i| {
+            let end = ops
+                .iter()
+                .filter(|op| op.file == i)
+                .map(|op| op.offset + op.len)
+                .max()
+                .unwrap_or(0);
+            let recorded = trace.files[i].size.unwrap_or(0);
+            o.file_size.unwrap_or(0).max(end).max(recorded).max(PAGE)
+        })
+        .collect();
+    s.file = sizes.iter().copied().max().unwrap_or(PAGE);
+    let pages: Vec<u64> = sizes.iter().map(|b| b.div_ceil(PAGE)).collect();
+    let mut streams: Vec<(usize, u64)> = ops.iter().map(|op| (op.file, op.stream)).collect();
     streams.sort_unstable();
     streams.dedup();
     let mean = ops.iter().map(|op| op.len).sum::<u64>() as f64 / ops.len() as f64;
     Ok(per_policy(o, |policy| {
         let mut out = Vec::new();
-        let mut e = engine(&s, o, policy, &[pages], 0.0);
+        let mut e = engine(&s, o, policy, &pages, 0.0);
         let readers = streams
             .iter()
-            .map(|&id| {
+            .map(|&(file, id)| {
                 let mine: Vec<(u64, u64)> = ops
                     .iter()
-                    .filter(|op| op.stream == id)
+                    .filter(|op| op.stream == id && op.file == file)
                     .map(|op| (op.offset, op.len))
                     .collect();
-                reader(0, mine.into_iter())
+                reader(file, mine.into_iter())
             })
             .collect();
         let stats = e.run_phase(readers);
@@ -723,15 +859,36 @@ mod tests {
         assert!(err.contains(":1:"), "{err}");
         let err = parse_trace("0 4k s\n", p).unwrap_err().to_string();
         assert!(err.contains("stream id"), "{err}");
-        let ops = parse_trace("0 4k\n4096 4096 7 # x\n", p).unwrap();
+        let t = parse_trace("0 4k\n4096 4096 7 # x\n", p).unwrap();
         assert_eq!(
-            ops[1],
+            t.ops[1],
             TraceOp {
                 offset: 4096,
                 len: 4096,
-                stream: 7
+                stream: 7,
+                file: 0
             }
         );
+        let err = parse_trace("0 4k 3 color=red\n", p)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field 'color='"), "{err}");
+    }
+
+    #[test]
+    fn ahead_trace_lines_name_their_files() {
+        let p = Path::new("t.trace");
+        let text = "# ahead trace\n# file 7:1 65536 /d/a.db\n# file 7:2 8192 /d/b\n\
+                    0 100 3 file=7:1 tid=7 t=1\n4096 4096 4 file=7:2 tid=8 t=2\n8192 4096 3 file=7:1 tid=7 t=3\n";
+        let mut t = parse_trace(text, p).unwrap();
+        assert_eq!(t.files.len(), 2);
+        assert_eq!(t.files[0].size, Some(65536));
+        assert_eq!(t.files[1].path.as_deref(), Some("/d/b"));
+        assert_eq!(t.ops[1].file, 1);
+        assert_eq!(t.ops[2].stream, 3);
+        t.only("a.db").unwrap();
+        assert_eq!(t.ops.len(), 2);
+        assert!(t.only("nope").unwrap_err().contains("7:1 /d/a.db"));
     }
 
     #[test]
