@@ -55,6 +55,8 @@ pub(crate) struct Slot {
     pub(crate) no_dontcache: AtomicU8,
     /// Uncached mode's write fallback: bytes written since the last flush.
     pub(crate) unflushed: AtomicU64,
+    /// Uncached mode's read fallback: see [`uncached`].
+    pub(crate) snap: uncached::SnapSlot,
 }
 
 impl Slot {
@@ -64,6 +66,7 @@ impl Slot {
             kind: AtomicU8::new(UNKNOWN),
             no_dontcache: AtomicU8::new(0),
             unflushed: AtomicU64::new(0),
+            snap: uncached::SnapSlot::new(),
         }
     }
 }
@@ -81,6 +84,7 @@ pub(crate) fn reset(fd: c_int) {
         s.no_dontcache.store(0, Ordering::Relaxed);
         s.unflushed.store(0, Ordering::Relaxed);
         s.gen.fetch_add(1, Ordering::AcqRel);
+        s.snap.forget();
     }
 }
 
@@ -213,6 +217,9 @@ extern "C" fn after_fork_child() {
 }
 
 extern "C" fn fini() {
+    if mode() == Mode::Uncached {
+        busy_during(uncached::at_exit);
+    }
     helper::at_exit();
 }
 

@@ -20,7 +20,7 @@
 //!   offsets and file positions.
 
 use libc::{c_int, c_void, iovec, off64_t, size_t, ssize_t};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use crate::helper::{self, Kind};
 use crate::hooks::{real, Pos};
@@ -98,7 +98,7 @@ pub(crate) fn read(
         slot.no_dontcache.store(1, Ordering::Relaxed);
         crate::set_errno(e);
     }
-    // The fallback: residency before, drop what was not there after.
+    // The fallback.
     let e = crate::errno();
     let offset = match pos {
         Pos::At(o) => Some(o as u64),
@@ -109,13 +109,22 @@ pub(crate) fn read(
         crate::set_errno(e);
         return call();
     };
-    let fadv = |off: u64, len: u64, advice: c_int| {
-        // SAFETY: advice on the program's descriptor; it changes no data.
-        unsafe { libc::posix_fadvise(fd, off as i64, len as i64, advice) };
-    };
     if slot.no_dontcache.swap(2, Ordering::Relaxed) != 2 {
-        fadv(0, 0, libc::POSIX_FADV_RANDOM);
+        fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM);
     }
+    if slot.snap.ensure(fd) {
+        crate::set_errno(e);
+        let r = call();
+        if r > 0 {
+            let e = crate::errno();
+            slot.snap.read(fd, gen, offset, r as u64);
+            count(Kind::Read, fd, gen, pos, r);
+            crate::set_errno(e);
+        }
+        return r;
+    }
+    // No snapshot (a file too large for one): residency of the read's
+    // pages just before it.
     let pg = page();
     let start = offset / pg * pg;
     let pages = ((offset + len).div_ceil(pg) * pg + LOOK_PAST - start) / pg;
@@ -136,7 +145,8 @@ pub(crate) fn read(
             while i < end_page && !before.cached(i as usize) {
                 i += 1;
             }
-            fadv(
+            fadvise(
+                fd,
                 start + run_start * pg,
                 (i - run_start) * pg,
                 libc::POSIX_FADV_DONTNEED,
@@ -146,6 +156,278 @@ pub(crate) fn read(
         crate::set_errno(e);
     }
     r
+}
+
+fn fadvise(fd: c_int, off: u64, len: u64, advice: c_int) {
+    // SAFETY: advice on the program's descriptor; it changes no data.
+    unsafe { libc::posix_fadvise(fd, off as i64, len as i64, advice) };
+}
+
+/// Files up to this many pages get a snapshot (64 GiB of 4 KiB pages: a
+/// 16 MiB vector); larger ones are checked read by read.
+const SNAP_MAX_PAGES: u64 = 16 << 20;
+/// The fallback drops what the program's reads brought in every this many
+/// bytes read, and at close.
+const PASS_EVERY: u64 = 8 << 20;
+/// Pages asked of mincore per mapping.
+const MINCORE_WINDOW: u64 = 1 << 18;
+
+/// The read fallback's record of a file: which pages were cached when the
+/// program first read it through this descriptor (one byte per page, as
+/// mincore gives it, in an anonymous mapping), and the span read since.
+/// This is Debian `nocache`'s method: a check before each read alone would
+/// miss the kernel's async readahead, which a read landing on a lookahead
+/// marker (left by anyone's earlier readahead) starts even with
+/// `POSIX_FADV_RANDOM`, and whose pages are still under I/O, and so cannot
+/// be dropped, right after the read.
+///
+/// Whoever uses the vector takes it out of the slot (a swap with null) and
+/// puts it back after: two threads reading one descriptor never share it,
+/// and a close never unmaps it under a reader (the one left without it
+/// skips a pass).
+pub(crate) struct SnapSlot {
+    ptr: AtomicPtr<u8>,
+    pages: AtomicU64,
+    /// 0 none yet, 1 taken, 2 taking, 3 impossible.
+    state: AtomicU8,
+    lo: AtomicU64,
+    hi: AtomicU64,
+    since: AtomicU64,
+}
+
+impl SnapSlot {
+    pub(crate) const fn new() -> SnapSlot {
+        SnapSlot {
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+            pages: AtomicU64::new(0),
+            state: AtomicU8::new(0),
+            lo: AtomicU64::new(u64::MAX),
+            hi: AtomicU64::new(0),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes sure the snapshot is taken; false if there is none.
+    fn ensure(&self, fd: c_int) -> bool {
+        match self.state.load(Ordering::Acquire) {
+            1 => return true,
+            2 | 3 => return false,
+            _ => {}
+        }
+        if self
+            .state
+            .compare_exchange(0, 2, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return self.state.load(Ordering::Acquire) == 1;
+        }
+        match take_snapshot(fd) {
+            Some((p, pages)) => {
+                self.pages.store(pages, Ordering::Release);
+                self.lo.store(u64::MAX, Ordering::Relaxed);
+                self.hi.store(0, Ordering::Relaxed);
+                self.since.store(0, Ordering::Relaxed);
+                self.ptr.store(p, Ordering::Release);
+                self.state.store(1, Ordering::Release);
+                true
+            }
+            None => {
+                self.state.store(3, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    /// After a read of `len` bytes at `offset`.
+    fn read(&self, fd: c_int, gen: u32, offset: u64, len: u64) {
+        self.lo.fetch_min(offset, Ordering::Relaxed);
+        self.hi.fetch_max(offset + len, Ordering::Relaxed);
+        if self.since.fetch_add(len, Ordering::Relaxed) + len >= PASS_EVERY {
+            self.since.store(0, Ordering::Relaxed);
+            self.pass(fd, gen, false);
+        }
+    }
+
+    /// Drops the pages of the span read (and [`LOOK_PAST`] beyond it) that
+    /// were not cached at the snapshot. `wait` (at close): then go after
+    /// the pages that were still under I/O ([`drop_stragglers`]).
+    fn pass(&self, fd: c_int, gen: u32, wait: bool) {
+        let p = self.ptr.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if p.is_null() {
+            return;
+        }
+        let n = self.pages.load(Ordering::Acquire);
+        let pg = page();
+        let lo = self.lo.load(Ordering::Relaxed);
+        let hi = self.hi.load(Ordering::Relaxed);
+        if lo < hi {
+            let first = lo / pg;
+            let last = (hi + LOOK_PAST).div_ceil(pg);
+            // SAFETY: a mapping of n bytes, ours while taken out.
+            let snap = |i: u64| i < n && unsafe { *p.add(i as usize) } & 1 == 1;
+            let mut i = first;
+            while i < last {
+                if snap(i) {
+                    i += 1;
+                    continue;
+                }
+                let run = i;
+                while i < last && !snap(i) {
+                    i += 1;
+                }
+                fadvise(fd, run * pg, (i - run) * pg, libc::POSIX_FADV_DONTNEED);
+            }
+            if wait {
+                drop_stragglers(fd, first, last, &snap);
+            }
+        }
+        let same = crate::slot(fd).is_some_and(|s| s.gen.load(Ordering::Acquire) == gen);
+        if !same
+            || self
+                .ptr
+                .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            // SAFETY: the mapping is ours and no longer referenced.
+            unsafe { libc::munmap(p as *mut c_void, n.max(1) as usize) };
+        }
+    }
+
+    /// Final pass (the descriptor is closing) and release.
+    fn finish(&self, fd: c_int, gen: u32) {
+        if self.state.load(Ordering::Acquire) == 1 {
+            self.pass(fd, gen, true);
+        }
+        self.forget();
+    }
+
+    /// Releases the snapshot (the descriptor now means another file).
+    pub(crate) fn forget(&self) {
+        let p = self.ptr.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        let n = self.pages.load(Ordering::Acquire);
+        self.state.store(0, Ordering::Release);
+        if !p.is_null() {
+            // SAFETY: the mapping made by take_snapshot.
+            unsafe { libc::munmap(p as *mut c_void, n.max(1) as usize) };
+        }
+    }
+}
+
+/// Maps a window of the file and asks mincore about it into `out`.
+fn mincore_window(fd: c_int, first_page: u64, out: &mut [u8]) -> bool {
+    let bytes = out.len() as u64 * page();
+    // SAFETY: a shared read-only view of the file, never touched, only
+    // asked about, and unmapped at once.
+    unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            bytes as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            (first_page * page()) as i64,
+        );
+        if m == libc::MAP_FAILED {
+            return false;
+        }
+        let ok = libc::mincore(m, bytes as usize, out.as_mut_ptr()) == 0;
+        libc::munmap(m, bytes as usize);
+        ok
+    }
+}
+
+/// Takes a file's residency snapshot: (vector, pages).
+fn take_snapshot(fd: c_int) -> Option<(*mut u8, u64)> {
+    // SAFETY: fstat on the program's descriptor.
+    let size = rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+        .ok()?
+        .st_size as u64;
+    let pages = size.div_ceil(page());
+    if pages > SNAP_MAX_PAGES {
+        return None;
+    }
+    // SAFETY: an anonymous private mapping, owned by the slot from here.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            pages.max(1) as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let p = p as *mut u8;
+    let mut at = 0;
+    while at < pages {
+        let n = (pages - at).min(MINCORE_WINDOW);
+        // SAFETY: within the mapping.
+        let out = unsafe { std::slice::from_raw_parts_mut(p.add(at as usize), n as usize) };
+        if !mincore_window(fd, at, out) {
+            // SAFETY: the mapping made above.
+            unsafe { libc::munmap(p as *mut c_void, pages.max(1) as usize) };
+            return None;
+        }
+        at += n;
+    }
+    Some((p, pages))
+}
+
+/// Drops, until none is left or about 100 ms have passed, the pages of
+/// `first..last` resident now that the snapshot did not have: pages still
+/// under I/O when DONTNEED first came (the kernel skips locked pages) go
+/// once their read completes. Residency is only looked at, never read, so
+/// no lookahead marker is hit and no new readahead starts.
+fn drop_stragglers(fd: c_int, first: u64, last: u64, snap: &dyn Fn(u64) -> bool) {
+    let mut buf = [0u8; 1024];
+    let pg = page();
+    for _ in 0..50 {
+        let mut left = false;
+        let mut at = first;
+        while at < last {
+            let n = (last - at).min(buf.len() as u64);
+            if !mincore_window(fd, at, &mut buf[..n as usize]) {
+                return;
+            }
+            let mut i = 0;
+            while i < n {
+                if buf[i as usize] & 1 == 0 || snap(at + i) {
+                    i += 1;
+                    continue;
+                }
+                let run = i;
+                while i < n && buf[i as usize] & 1 == 1 && !snap(at + i) {
+                    i += 1;
+                }
+                left = true;
+                fadvise(
+                    fd,
+                    (at + run) * pg,
+                    (i - run) * pg,
+                    libc::POSIX_FADV_DONTNEED,
+                );
+            }
+            at += n;
+        }
+        if !left {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// At exit: the final pass for descriptors still open.
+pub(crate) fn at_exit() {
+    for fd in 0..crate::SLOTS as c_int {
+        if let Some(s) = crate::slot(fd) {
+            if s.snap.state.load(Ordering::Acquire) == 1 {
+                s.snap.finish(fd, s.gen.load(Ordering::Acquire));
+            }
+        }
+    }
 }
 
 fn count(kind: Kind, fd: c_int, gen: u32, _pos: Pos, r: ssize_t) {
@@ -321,9 +603,11 @@ fn flush_and_drop(fd: c_int) {
     }
 }
 
-/// Before a descriptor closes: what the write fallback left dirty goes.
+/// Before a descriptor closes: the read fallback's final pass, and what
+/// the write fallback left dirty goes.
 pub(crate) fn closing(fd: c_int) {
     let Some(s) = crate::slot(fd) else { return };
+    s.snap.finish(fd, s.gen.load(Ordering::Acquire));
     if s.unflushed.swap(0, Ordering::Relaxed) > 0 {
         flush_and_drop(fd);
     }

@@ -1,0 +1,396 @@
+//! `ahead run` and `ahead trace` with real programs: what the program sees
+//! is unchanged (bytes, return values, positions, errors, exit status,
+//! signals), backward reads are hinted, the uncached mode leaves the cache
+//! as it was, and a trace replays in the simulator.
+
+mod common;
+
+use common::{ahead, gen, s, scratch, stderr};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ahead_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ahead"));
+    c.args(args);
+    c
+}
+
+fn out(c: &mut Command) -> Output {
+    c.output().expect("run")
+}
+
+/// The first of `names` found in PATH.
+fn program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|n| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(n))
+            .find(|p| p.is_file())
+    })
+}
+
+fn stats_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+fn stats_of<'a>(lines: &'a [serde_json::Value], file: &Path) -> &'a serde_json::Value {
+    lines
+        .iter()
+        .find(|l| l["file"] == s(file))
+        .unwrap_or_else(|| panic!("no stats for {}: {lines:?}", file.display()))
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    for mode in ["--readahead", "--uncached", "--off"] {
+        let o = out(&mut ahead_cmd(&["run", mode, "--", "sh", "-c", "exit 7"]));
+        assert_eq!(o.status.code(), Some(7), "{mode}: {}", stderr(&o));
+        let o = out(&mut ahead_cmd(&[
+            "run",
+            mode,
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$",
+        ]));
+        assert_eq!(o.status.signal(), Some(15), "{mode}: {:?}", o.status);
+    }
+    let o = ahead(&["run", "--", "/nonexistent/program"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("/nonexistent/program"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_static_program_is_named_and_still_runs() {
+    // Debian's ldconfig is static-pie: no loader, so no preload.
+    let Some(ldconfig) = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+    else {
+        eprintln!("SKIP: no ldconfig to stand for a static program");
+        return;
+    };
+    let o = out(&mut ahead_cmd(&["run", "--", s(ldconfig), "-p"]));
+    let err = stderr(&o);
+    if !err.contains("statically linked") {
+        eprintln!("SKIP: {} is dynamically linked here", ldconfig.display());
+        return;
+    }
+    assert!(o.status.success(), "{err}");
+    assert!(!o.stdout.is_empty());
+}
+
+/// The probe's report of every read-family call, run plainly and under
+/// each mode: all must be identical.
+#[test]
+fn a_program_sees_the_same_bytes_positions_and_errors_in_every_mode() {
+    let Some(python) = program(&["python3"]) else {
+        eprintln!("SKIP: no python3 to drive the read family");
+        return;
+    };
+    let dir = scratch();
+    let file = gen(dir.path(), "data", 5_000_000);
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/probe.py");
+    let run = |prefix: &[&str]| {
+        let mut c = if prefix.is_empty() {
+            Command::new(&python)
+        } else {
+            let mut c = ahead_cmd(prefix);
+            c.arg(&python);
+            c
+        };
+        let o = out(c.arg(&probe).arg(&file).arg(dir.path()));
+        assert!(o.status.success(), "{prefix:?}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let plain = run(&[]);
+    assert!(plain.contains("pread @ -1 -> EINVAL"), "{plain}");
+    assert!(plain.contains("copy_file_range pos -> 300000"), "{plain}");
+    for mode in [
+        &["run", "--off", "--"][..],
+        &["run", "--readahead", "--"],
+        &["run", "--uncached", "--"],
+        &["run", "--uncached", "--no-dontcache", "--"],
+        &["trace", "-o", s(&dir.path().join("t.trace")), "--"],
+    ] {
+        let got = run(mode);
+        for (a, b) in plain.lines().zip(got.lines()) {
+            assert_eq!(a, b, "{mode:?}");
+        }
+        assert_eq!(plain.lines().count(), got.lines().count(), "{mode:?}");
+    }
+}
+
+/// A text file of numbered lines, `size` bytes.
+fn lines_file(dir: &Path, size: usize) -> PathBuf {
+    let mut text = String::with_capacity(size + 100);
+    let mut i = 0u64;
+    while text.len() < size {
+        text.push_str(&format!("line {i} of a file read backwards by tac\n"));
+        i += 1;
+    }
+    let p = dir.join("lines.txt");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn tac_gets_backward_hints_and_cat_none() {
+    let Some(tac) = program(&["tac"]) else {
+        eprintln!("SKIP: no tac");
+        return;
+    };
+    let dir = scratch();
+    let file = lines_file(dir.path(), 16 << 20);
+    let plain = out(Command::new(&tac).arg(&file));
+    assert!(plain.status.success());
+    let stats = dir.path().join("stats.json");
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--stats",
+        s(&stats),
+        "--",
+        s(&tac),
+        s(&file),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        o.stdout == plain.stdout,
+        "tac's output differs under ahead run"
+    );
+    let lines = stats_lines(&stats);
+    let st = stats_of(&lines, &file);
+    assert!(st["hints"].as_u64().unwrap() > 0, "{st}");
+    // tac reads every page it was hinted (at most the last window's worth
+    // below the start of the file is not).
+    let accuracy = st["accuracy"].as_f64().unwrap();
+    assert!(accuracy > 0.9, "{st}");
+    // Every byte was read (tac reads one block twice, so a little more).
+    assert!(
+        st["bytes"].as_u64().unwrap() >= std::fs::metadata(&file).unwrap().len(),
+        "{st}"
+    );
+
+    // A forward stream is the kernel's: no hint.
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--stats",
+        s(&stats),
+        "--",
+        "cat",
+        s(&file),
+    ]));
+    assert!(o.status.success());
+    let lines = stats_lines(&stats);
+    let st = stats_of(&lines, &file);
+    assert_eq!(st["hints"], 0, "{st}");
+}
+
+fn open(p: &Path) -> std::fs::File {
+    std::fs::File::open(p).unwrap()
+}
+
+fn map(p: &Path) -> Vec<bool> {
+    let len = std::fs::metadata(p).unwrap().len();
+    ahead::residency::page_map(open(p), 0, len)
+        .unwrap()
+        .expect("residency visible")
+}
+
+fn share(m: &[bool], range: std::ops::Range<usize>) -> f64 {
+    let n = range.len().max(1);
+    m[range].iter().filter(|&&c| c).count() as f64 / n as f64
+}
+
+fn dontcache_works(dir: &Path) -> bool {
+    let f = open(&gen(dir, "probe-dontcache", 4096));
+    ahead::features::dontcache(std::os::fd::AsFd::as_fd(&f)).available
+}
+
+/// `ahead run --uncached -- cat FILE`, half of FILE cached before: the
+/// cached half stays, the other half does not come in. The kernel's
+/// proactive reclaim may take a page of the cached half mid-run (pages
+/// untouched for ~3 s go), so each variant has three attempts.
+#[test]
+fn uncached_cat_leaves_the_cache_as_it_found_it() {
+    let dir = scratch();
+    let file = gen(dir.path(), "half", 64 << 20);
+    let variants: Vec<(&[&str], f64)> = if dontcache_works(dir.path()) {
+        vec![
+            (&["--uncached"], 0.005),
+            (&["--uncached", "--no-dontcache"], 0.005),
+        ]
+    } else {
+        eprintln!("SKIP the RWF_DONTCACHE variant: not supported here");
+        vec![(&["--uncached", "--no-dontcache"], 0.005)]
+    };
+    let pages = (64 << 20) / ahead::residency::page_size() as usize;
+    for (flags, most_new) in variants {
+        let mut last = String::new();
+        let mut ok = false;
+        for _ in 0..3 {
+            ahead::residency::evict(open(&file), 0, 0).unwrap();
+            // Cache the first half with a plain read.
+            let f = open(&file);
+            let mut buf = vec![0u8; 1 << 20];
+            for i in 0..32u64 {
+                std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, i << 20).unwrap();
+            }
+            // The kernel's readahead past the first half may still be in
+            // flight: wait until residency stops changing.
+            let mut before = map(&file);
+            for _ in 0..50 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let now = map(&file);
+                if now == before {
+                    break;
+                }
+                before = now;
+            }
+            let mut args = vec!["run"];
+            args.extend_from_slice(flags);
+            args.extend_from_slice(&["--", "cat", s(&file)]);
+            let o = out(&mut ahead_cmd(&args));
+            assert!(o.status.success(), "{}", stderr(&o));
+            assert_eq!(o.stdout.len(), 64 << 20);
+            assert_eq!(
+                ahead::testdata::first_mismatch(&o.stdout, 0),
+                None,
+                "cat's bytes differ"
+            );
+            let after = map(&file);
+            let was: Vec<usize> = (0..pages).filter(|&i| before[i]).collect();
+            let kept = was.iter().filter(|&&i| after[i]).count() as f64 / was.len().max(1) as f64;
+            let fresh: Vec<usize> = (0..pages).filter(|&i| !before[i]).collect();
+            let came =
+                fresh.iter().filter(|&&i| after[i]).count() as f64 / fresh.len().max(1) as f64;
+            last = format!(
+                "{flags:?}: cached before {} pages, {:.2}% of them kept; {:.2}% of the rest came in (first half {:.1}% cached after)",
+                was.len(),
+                kept * 100.0,
+                came * 100.0,
+                share(&after, 0..pages / 2) * 100.0
+            );
+            if kept >= 0.995 && came <= most_new {
+                ok = true;
+                break;
+            }
+        }
+        assert!(ok, "{last}");
+        eprintln!("{last}");
+    }
+}
+
+/// `ahead run --uncached -- cp SRC DST`: cp's copy_file_range becomes
+/// uncached reads and writes; DST ends with its bytes and (almost) none of
+/// its pages cached, and SRC as it was (cold).
+#[test]
+fn uncached_cp_leaves_no_pages_behind() {
+    let Some(cp) = program(&["cp"]) else {
+        eprintln!("SKIP: no cp");
+        return;
+    };
+    let dir = scratch();
+    let src = gen(dir.path(), "src", 48 << 20);
+    let mut variants: Vec<&[&str]> = vec![&["--uncached", "--no-dontcache"]];
+    if dontcache_works(dir.path()) {
+        variants.push(&["--uncached"]);
+    } else {
+        eprintln!("SKIP the RWF_DONTCACHE variant: not supported here");
+    }
+    for flags in variants {
+        let dst = dir.path().join("dst");
+        let _ = std::fs::remove_file(&dst);
+        ahead::residency::evict(open(&src), 0, 0).unwrap();
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", s(&cp), s(&src), s(&dst)]);
+        let o = out(&mut ahead_cmd(&args));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let d = map(&dst);
+        let cached = share(&d, 0..d.len());
+        let src_cached = share(&map(&src), 0..d.len());
+        let bytes = std::fs::read(&dst).unwrap();
+        assert_eq!(bytes.len(), 48 << 20);
+        assert_eq!(
+            ahead::testdata::first_mismatch(&bytes, 0),
+            None,
+            "{flags:?}"
+        );
+        assert!(
+            cached <= 0.01,
+            "{flags:?}: {:.2}% of DST cached",
+            cached * 100.0
+        );
+        assert!(
+            src_cached <= 0.01,
+            "{flags:?}: {:.2}% of SRC cached",
+            src_cached * 100.0
+        );
+    }
+}
+
+/// `ahead trace` records each read; the simulator replays the file.
+#[test]
+fn a_trace_records_reads_and_replays() {
+    let Some(tac) = program(&["tac"]) else {
+        eprintln!("SKIP: no tac");
+        return;
+    };
+    let dir = scratch();
+    let file = lines_file(dir.path(), 2 << 20);
+    let trace = dir.path().join("tac.trace");
+    let o = out(&mut ahead_cmd(&[
+        "trace",
+        "-o",
+        s(&trace),
+        "--",
+        s(&tac),
+        s(&file),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        text.contains(&format!(" {}", s(&file))),
+        "no '# file' line for the input"
+    );
+    let reads: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let bytes: u64 = reads
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(bytes >= 2 << 20, "{bytes} bytes traced");
+    assert!(reads
+        .iter()
+        .all(|l| l.contains(" file=") && l.contains(" tid=") && l.contains(" t=")));
+    let o = ahead(&[
+        "sim",
+        "replay",
+        s(&trace),
+        "--trace-file",
+        "lines.txt",
+        "--device",
+        "ssd",
+        "--json",
+    ]);
+    let rows = common::ok_json(&o);
+    let rows = rows.as_array().unwrap();
+    let ahead_row = rows.iter().find(|r| r["policy"] == "ahead").unwrap();
+    let ondemand = rows.iter().find(|r| r["policy"] == "ondemand").unwrap();
+    // tac's backward walk: ahead far ahead of the kernel's policy.
+    let tput = |r: &serde_json::Value| r["throughput_mb_s"].as_f64().unwrap();
+    assert!(tput(ahead_row) > 3.0 * tput(ondemand), "{rows:?}");
+    let o = ahead(&["sim", "replay", s(&trace), "--trace-file", "nope"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no file 'nope'"), "{}", stderr(&o));
+}
