@@ -71,6 +71,8 @@ impl Slot {
     }
 }
 
+/// All zeros at start, so it costs the library file nothing (.bss) and
+/// the process only the pages of the descriptors it uses.
 static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 
 pub(crate) fn slot(fd: c_int) -> Option<&'static Slot> {

@@ -190,7 +190,9 @@ pub(crate) struct SnapSlot {
     pages: AtomicU64,
     /// 0 none yet, 1 taken, 2 taking, 3 impossible.
     state: AtomicU8,
-    lo: AtomicU64,
+    /// The lowest offset read, bit-inverted (so that the table starts as
+    /// zeros, in .bss, and a fetch_max keeps the minimum).
+    lo_inv: AtomicU64,
     hi: AtomicU64,
     since: AtomicU64,
 }
@@ -201,7 +203,7 @@ impl SnapSlot {
             ptr: AtomicPtr::new(std::ptr::null_mut()),
             pages: AtomicU64::new(0),
             state: AtomicU8::new(0),
-            lo: AtomicU64::new(u64::MAX),
+            lo_inv: AtomicU64::new(0),
             hi: AtomicU64::new(0),
             since: AtomicU64::new(0),
         }
@@ -224,7 +226,7 @@ impl SnapSlot {
         match take_snapshot(fd) {
             Some((p, pages)) => {
                 self.pages.store(pages, Ordering::Release);
-                self.lo.store(u64::MAX, Ordering::Relaxed);
+                self.lo_inv.store(0, Ordering::Relaxed);
                 self.hi.store(0, Ordering::Relaxed);
                 self.since.store(0, Ordering::Relaxed);
                 self.ptr.store(p, Ordering::Release);
@@ -240,7 +242,7 @@ impl SnapSlot {
 
     /// After a read of `len` bytes at `offset`.
     fn read(&self, fd: c_int, gen: u32, offset: u64, len: u64) {
-        self.lo.fetch_min(offset, Ordering::Relaxed);
+        self.lo_inv.fetch_max(!offset, Ordering::Relaxed);
         self.hi.fetch_max(offset + len, Ordering::Relaxed);
         if self.since.fetch_add(len, Ordering::Relaxed) + len >= PASS_EVERY {
             self.since.store(0, Ordering::Relaxed);
@@ -258,7 +260,7 @@ impl SnapSlot {
         }
         let n = self.pages.load(Ordering::Acquire);
         let pg = page();
-        let lo = self.lo.load(Ordering::Relaxed);
+        let lo = !self.lo_inv.load(Ordering::Relaxed);
         let hi = self.hi.load(Ordering::Relaxed);
         if lo < hi {
             let first = lo / pg;
