@@ -87,7 +87,14 @@ pub fn trace(args: TraceArgs) -> Result<()> {
     let mut header = b"# ahead trace: OFFSET LENGTH STREAM file=PID:N tid=TID t=NS; '# file PID:N SIZE PATH' names a file\n# command:".to_vec();
     for a in &args.cmd {
         header.push(b' ');
-        header.extend_from_slice(a.as_bytes());
+        // One line, whatever the arguments hold.
+        for &b in a.as_bytes() {
+            match b {
+                b'\n' => header.extend_from_slice(b"\\n"),
+                b'\r' => header.extend_from_slice(b"\\r"),
+                b => header.push(b),
+            }
+        }
     }
     header.push(b'\n');
     let path = fresh_output(&args.output, &header)?;

@@ -53,6 +53,8 @@ struct Event {
     kind: Kind,
     fd: c_int,
     gen: u32,
+    /// The file's size when first read through this descriptor.
+    size: u64,
     offset: u64,
     len: u64,
     tid: u32,
@@ -66,9 +68,23 @@ pub(crate) struct Config {
     pub(crate) trace: Option<String>,
 }
 
+/// Longest path kept for a file's name (longer ones are cut, marked `…`).
+const NAME_MAX: usize = 240;
+/// Names the queue holds.
+const NAMES: usize = 1 << 10;
+
+/// A descriptor's file name, sent once per (descriptor, generation).
+struct Name {
+    fd: c_int,
+    gen: u32,
+    len: u16,
+    bytes: [u8; NAME_MAX],
+}
+
 /// One process's queue, helper and state.
 pub(crate) struct Runtime {
     queue: ArrayQueue<Event>,
+    names: ArrayQueue<Name>,
     /// The helper's state: [`AWAKE`], [`NAP`] or [`DEEP`].
     sleeping: AtomicU32,
     started: AtomicBool,
@@ -83,6 +99,7 @@ impl Runtime {
     fn new(config: Config) -> Runtime {
         Runtime {
             queue: ArrayQueue::new(QUEUE),
+            names: ArrayQueue::new(NAMES),
             sleeping: AtomicU32::new(0),
             started: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
@@ -125,6 +142,40 @@ fn now_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// Sends the helper the name of a regular file just classified (only
+/// when a trace or stats will print it): readlink of /proc/self/fd/N into
+/// a stack buffer, no allocation.
+pub(crate) fn name(fd: c_int, gen: u32) {
+    let Some(rt) = runtime() else { return };
+    if rt.config.stats.is_none() && rt.config.trace.is_none() {
+        return;
+    }
+    let mut link = [0u8; 32];
+    let mut w = std::io::Cursor::new(&mut link[..]);
+    if std::io::Write::write_fmt(&mut w, format_args!("/proc/self/fd/{fd}\0")).is_err() {
+        return;
+    }
+    let mut n = Name {
+        fd,
+        gen,
+        len: 0,
+        bytes: [0; NAME_MAX],
+    };
+    // SAFETY: a NUL-terminated path and a buffer of NAME_MAX bytes.
+    let got = unsafe {
+        libc::readlink(
+            link.as_ptr() as *const libc::c_char,
+            n.bytes.as_mut_ptr() as *mut libc::c_char,
+            NAME_MAX,
+        )
+    };
+    if got <= 0 {
+        return;
+    }
+    n.len = got as u16;
+    let _ = rt.names.push(n);
+}
+
 /// Queues one read or write for the helper.
 pub(crate) fn note(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
     crate::busy_during(|| note_inner(kind, fd, gen, offset, len))
@@ -140,6 +191,7 @@ fn note_inner(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
         kind,
         fd,
         gen,
+        size: crate::slot(fd).map_or(0, |s| s.size.load(Ordering::Relaxed)),
         offset,
         len,
         tid: if trace {
@@ -232,6 +284,9 @@ fn helper_loop(rt: &'static Runtime) {
     loop {
         let mut any = false;
         if let Ok(mut st) = rt.state.lock() {
+            while let Some(n) = rt.names.pop() {
+                st.names.insert((n.fd, n.gen), n);
+            }
             while let Some(ev) = rt.queue.pop() {
                 any = true;
                 st.handle(ev, page, &mut runs);
@@ -330,6 +385,8 @@ struct Open {
 #[derive(Default)]
 pub(crate) struct State {
     open: HashMap<c_int, Open>,
+    /// Names of descriptors not yet seen in an event.
+    names: HashMap<(c_int, u32), Name>,
     done: Vec<FileStats>,
     trace: String,
     files: u64,
@@ -360,10 +417,27 @@ impl State {
             }
         }
         if !self.open.contains_key(&ev.fd) {
-            let Some(size) = fd_size(ev.fd) else { return };
-            let path = fd_path(ev.fd);
-            if !still(ev.fd, ev.gen) {
-                return;
+            let size = ev.size;
+            let path = match self.names.remove(&(ev.fd, ev.gen)) {
+                Some(n) => {
+                    let mut p = String::from_utf8_lossy(&n.bytes[..n.len as usize]).into_owned();
+                    if n.len as usize == NAME_MAX {
+                        p.push('…');
+                    }
+                    p
+                }
+                None => {
+                    let p = fd_path(ev.fd);
+                    if still(ev.fd, ev.gen) {
+                        p
+                    } else {
+                        format!("(descriptor {} closed before it was named)", ev.fd)
+                    }
+                }
+            };
+            // Names of descriptors that never had an event go too.
+            if self.names.len() > NAMES {
+                self.names.clear();
             }
             self.files += 1;
             let hinter = (mode() == Mode::Readahead).then(|| {

@@ -51,6 +51,8 @@ const OTHER: u8 = 2;
 pub(crate) struct Slot {
     pub(crate) gen: AtomicU32,
     kind: AtomicU8,
+    /// The file's size when it was classified.
+    pub(crate) size: AtomicU64,
     /// Uncached mode: RWF_DONTCACHE was refused on this descriptor.
     pub(crate) no_dontcache: AtomicU8,
     /// Uncached mode's write fallback: bytes written since the last flush.
@@ -64,6 +66,7 @@ impl Slot {
         Slot {
             gen: AtomicU32::new(0),
             kind: AtomicU8::new(UNKNOWN),
+            size: AtomicU64::new(0),
             no_dontcache: AtomicU8::new(0),
             unflushed: AtomicU64::new(0),
             snap: uncached::SnapSlot::new(),
@@ -101,15 +104,24 @@ pub(crate) fn regular(fd: c_int) -> Option<(&'static Slot, u32)> {
             // SAFETY: fstat on a number the program passed; a closed one
             // answers EBADF.
             let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            let kind = match rustix::fs::fstat(bfd) {
-                Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => REGULAR,
-                Ok(_) => OTHER,
+            let (kind, size) = match rustix::fs::fstat(bfd) {
+                Ok(st) if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => {
+                    (REGULAR, st.st_size as u64)
+                }
+                Ok(_) => (OTHER, 0),
                 Err(_) => return None,
             };
             if s.gen.load(Ordering::Acquire) == gen {
-                let _ = s
+                s.size.store(size, Ordering::Relaxed);
+                let won = s
                     .kind
-                    .compare_exchange(UNKNOWN, kind, Ordering::AcqRel, Ordering::Relaxed);
+                    .compare_exchange(UNKNOWN, kind, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+                if won && kind == REGULAR {
+                    // Its name now, while the descriptor is surely open:
+                    // the helper may come to it after the program closed it.
+                    helper::name(fd, gen);
+                }
             }
             (kind == REGULAR).then_some((s, gen))
         }

@@ -782,12 +782,22 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
     Ok(trace)
 }
 
-/// Reads and parses a trace file, keeping one file's reads if asked.
+/// Reads and parses a trace file (gzip-compressed if its name ends in
+/// `.gz`, as the corpus's are), keeping one file's reads if asked.
 pub fn load_trace(path: &std::path::Path, which: Option<&str>) -> Result<Trace, SimError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
+    let io = |source| SimError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let f = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(f), &mut text)
+            .map_err(io)?;
+        text
+    } else {
+        std::fs::read_to_string(path).map_err(io)?
+    };
     let mut trace = parse_trace(&text, path)?;
     if let Some(w) = which {
         trace.only(w).map_err(SimError::Usage)?;

@@ -47,7 +47,10 @@
 //!   readahead already asked for means the window is too small for the
 //!   device's latency: the stream's next window is ramped once more (up to
 //!   the max). Readahead evicted unused halves the stream's window.
-//! * **Random requests** match no stream and read exactly the request.
+//! * **Random requests** match no stream and read exactly the request,
+//!   unless they fall in a dense region of a file that fits the cache: see
+//!   [`DENSE_REGION`] and [`DENSE_SHARE_START`] for the rule, its
+//!   constants, and how it learns from lookahead markers whether it pays.
 
 use super::{
     init_window, next_miss, next_window, CacheView, Feedback, Policy, RaConfig, Request, Shape,
@@ -61,6 +64,35 @@ pub const DEFAULT_STREAMS: usize = 16;
 
 /// The smallest window: 16 KiB, the legacy kernel's `VM_MIN_READAHEAD`.
 pub const MIN_WINDOW: u64 = 4;
+
+/// Dense random reads: a random miss in an aligned region of this many
+/// pages (at most the maximum window) of which one page in
+/// [`DENSE_SHARE`] is already cached reads the region's absent pages with
+/// the request, in one window. This is the kernel's "the more overall read
+/// density, the more possible gain" (Wu's context readahead, which
+/// `ondemand` gets from the cached pages before a miss) made a rule of its
+/// own: an index lookup in sqlite3 visits B-tree and table pages of a file
+/// that fits the cache several times each, and a region that already holds
+/// a quarter of its pages is being read all over.
+pub const DENSE_REGION: u64 = 128;
+/// See [`DENSE_REGION`]: a region is dense once 1 page in this many is
+/// cached, at first (1 in 4). Each dense window carries a lookahead marker
+/// on one of the pages it brings in; two marker hits (net) double the
+/// divisor, up to [`DENSE_SHARE_MAX`] (1 in 16: regions read earlier), and
+/// two markers aging out unread ([`DENSE_MARKERS`] later windows) halve it,
+/// down to 1, where the rule is off. Sqlite3's index range scans, whose
+/// regions end up half read, learn 1 in 16; its point lookups, which visit
+/// one page in five, turn the rule off before it costs.
+pub const DENSE_SHARE_START: u64 = 2;
+/// See [`DENSE_SHARE_START`].
+pub const DENSE_SHARE_MAX: u64 = 16;
+/// Dense windows whose markers are remembered.
+pub const DENSE_MARKERS: usize = 128;
+/// ...and only in a file that takes at most 1/this of the cache: reading
+/// the rest of regions of a file larger than the cache would evict what
+/// the reader came back for (aio-random reads over a file larger than
+/// memory stay exactly as they are).
+pub const DENSE_CACHE_SHARE: u64 = 2;
 
 /// The largest stride period recognised, in pages (16 MiB of 4 KiB pages).
 /// Wider gaps are better served as random reads: a window would span more
@@ -239,6 +271,68 @@ pub struct Ahead {
     clock: u64,
     streams: Vec<Stream>,
     current: Option<usize>,
+    dense: Dense,
+}
+
+/// The dense-region rule's state ([`DENSE_REGION`]): the share of a region
+/// that must be cached before the rest is read, learnt from whether the
+/// pages such windows bring in get read.
+#[derive(Clone, Debug)]
+struct Dense {
+    /// A region's cached pages × `share` ≥ its size makes it dense.
+    share: u64,
+    /// Evidence since the share last moved: + a marker hit, − a marker
+    /// that aged out unread.
+    score: i32,
+    /// Marker pages of the latest dense windows (0 = empty).
+    markers: [u64; DENSE_MARKERS],
+    next: usize,
+}
+
+impl Dense {
+    fn new() -> Dense {
+        Dense {
+            share: DENSE_SHARE_START,
+            score: 0,
+            markers: [0; DENSE_MARKERS],
+            next: 0,
+        }
+    }
+
+    /// A dense window went out with its marker on `page` (+1 so that page
+    /// 0 is not the empty slot).
+    fn issued(&mut self, page: u64) {
+        if self.markers[self.next] != 0 {
+            // The oldest marker aged out unread: that window's pages are
+            // likely wasted.
+            self.vote(-1);
+        }
+        self.markers[self.next] = page + 1;
+        self.next = (self.next + 1) % DENSE_MARKERS;
+    }
+
+    /// A marker hit: if it was a dense window's, count it and say so.
+    fn hit(&mut self, page: u64) -> bool {
+        match self.markers.iter().position(|&m| m == page + 1) {
+            Some(i) => {
+                self.markers[i] = 0;
+                self.vote(1);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn vote(&mut self, v: i32) {
+        self.score += v;
+        if self.score >= 2 {
+            self.share = (self.share * 2).min(DENSE_SHARE_MAX);
+            self.score = 0;
+        } else if self.score <= -8 {
+            self.share = (self.share / 2).max(1);
+            self.score = 0;
+        }
+    }
 }
 
 impl Ahead {
@@ -249,6 +343,7 @@ impl Ahead {
             clock: 0,
             streams: vec![Stream::EMPTY; config.streams.max(1)],
             current: None,
+            dense: Dense::new(),
         }
     }
 
@@ -522,12 +617,12 @@ impl Ahead {
 
     fn on_miss(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
         let Some(slot) = self.current else {
-            return Some(Window::forward(req.index, req.count, 0));
+            return Some(self.dense_or_as_is(req, view));
         };
         let s = self.streams[slot];
         if s.direction == Direction::Unknown {
-            // Not (yet) a stream: read as is.
-            return Some(Window::forward(req.index, req.count, 0));
+            // Not (yet) a stream: read as is, or the rest of a dense region.
+            return Some(self.dense_or_as_is(req, view));
         }
         let max = self.effective_max(&s);
         // Thrashing: readahead pages of this stream were evicted before use.
@@ -581,7 +676,46 @@ impl Ahead {
         Some(self.record(slot, w, req.index))
     }
 
+    /// A random miss: exactly the request, unless it falls in a dense
+    /// region of a file the cache can hold, whose absent pages are then
+    /// read with it in one window ([`DENSE_REGION`]).
+    fn dense_or_as_is(&mut self, req: Request, view: &dyn CacheView) -> Window {
+        let as_is = Window::forward(req.index, req.count, 0);
+        let Some(capacity) = view.capacity_pages() else {
+            return as_is;
+        };
+        let file = view.file_pages();
+        if file > capacity / DENSE_CACHE_SHARE || self.dense.share <= 1 {
+            return as_is;
+        }
+        let region = DENSE_REGION.min(self.max.max(MIN_WINDOW));
+        let start = req.index / region * region;
+        let end = (start + region).min(file).max(req.end());
+        let size = end - start;
+        let present = (start..end).filter(|&p| view.is_present(p)).count() as u64;
+        if present * self.dense.share < size {
+            return as_is;
+        }
+        // The marker goes on an absent page past the request, nearest the
+        // middle: whether the reader comes to it says whether such windows
+        // pay.
+        let absent = |p: &u64| !view.is_present(*p) && (*p < req.index || *p >= req.end());
+        let marker = (start + size / 2..end)
+            .find(absent)
+            .or_else(|| (start..start + size / 2).rev().find(absent));
+        match marker {
+            Some(m) => {
+                self.dense.issued(m);
+                Window::forward(start, size, end - m)
+            }
+            None => as_is,
+        }
+    }
+
     fn on_marker(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
+        if self.dense.hit(req.index) {
+            return None;
+        }
         let marked = |s: &Stream| {
             s.live
                 && s.window
@@ -766,6 +900,71 @@ mod tests {
 
     fn sim(max: u64) -> Sim {
         Sim::new(PolicyKind::Ahead, max, 100_000)
+    }
+
+    /// The dense-region rule through `drive`, on a table that knows its
+    /// capacity.
+    fn dense_table(file: u64, capacity: u64) -> crate::ra::SparseTable {
+        let mut t = crate::ra::SparseTable::new(file);
+        t.capacity = Some(capacity);
+        t
+    }
+
+    #[test]
+    fn a_random_miss_in_a_half_cached_region_reads_the_rest() {
+        let mut p = Ahead::new(RaConfig::with_max_pages(128));
+        let mut t = dense_table(10_000, 100_000);
+        // Random single pages: every other page of region 128..256, in an
+        // order no stream follows.
+        let mut order: Vec<u64> = (128..256).step_by(2).collect();
+        fastrand::Rng::with_seed(5).shuffle(&mut order);
+        for &i in &order {
+            crate::ra::drive(&mut p, &mut t, Request::new(i, 1));
+        }
+        assert!(
+            t.windows.iter().any(|w| w.start == 128 && w.size == 128),
+            "no dense window: {:?}",
+            t.windows
+        );
+        assert!((128..256).all(|i| t.present.contains(&i)));
+    }
+
+    #[test]
+    fn a_file_larger_than_half_the_cache_keeps_random_reads_as_they_are() {
+        let mut p = Ahead::new(RaConfig::with_max_pages(128));
+        let mut t = dense_table(10_000, 10_000);
+        let mut order: Vec<u64> = (128..256).step_by(2).collect();
+        fastrand::Rng::with_seed(5).shuffle(&mut order);
+        for &i in &order {
+            crate::ra::drive(&mut p, &mut t, Request::new(i, 1));
+        }
+        assert!(
+            !t.windows.iter().any(|w| w.start == 128 && w.size == 128),
+            "{:?}",
+            t.windows
+        );
+    }
+
+    #[test]
+    fn dense_windows_whose_pages_go_unread_turn_the_rule_off() {
+        let mut d = Dense::new();
+        for page in 0..(DENSE_MARKERS as u64 + 8 * 4) {
+            d.issued(page * 1000);
+        }
+        assert_eq!(
+            d.share, 1,
+            "the rule should be off after markers aged out unread"
+        );
+        let mut d = Dense::new();
+        for page in 0..4 {
+            d.issued(page);
+            assert!(d.hit(page));
+        }
+        assert_eq!(
+            d.share,
+            DENSE_SHARE_START * 4,
+            "two net hits double the share, twice"
+        );
     }
 
     #[test]

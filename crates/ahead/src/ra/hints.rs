@@ -23,6 +23,15 @@ pub const TABLE_PAGES: usize = 1 << 16;
 /// several times that).
 pub const GAP_MAX: u64 = 64 << 10;
 
+/// What the kernel's cache can be counted on to hold, in pages: half the
+/// machine's memory (the policy's dense-region rule reads the rest of a
+/// region only for a file that fits in half of that again).
+fn cache_capacity(page: u64) -> Option<u64> {
+    let info = rustix::system::sysinfo();
+    let bytes = (info.totalram as u64).saturating_mul(info.mem_unit.max(1) as u64);
+    (bytes > 0).then(|| bytes / 2 / page)
+}
+
 /// One file's readahead policy and the pages it has seen.
 pub struct Hinter {
     policy: Box<dyn Policy>,
@@ -35,9 +44,11 @@ impl Hinter {
     /// (the kernel's page: fadvise works in it).
     pub fn new(policy: Box<dyn Policy>, size: u64, page: u64) -> Hinter {
         let page = page.max(1);
+        let mut table = SparseTable::new(size.div_ceil(page));
+        table.capacity = cache_capacity(page);
         Hinter {
             policy,
-            table: SparseTable::new(size.div_ceil(page)),
+            table,
             page,
         }
     }

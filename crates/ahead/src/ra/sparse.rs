@@ -17,6 +17,8 @@ pub(crate) struct SparseTable {
     pub(crate) marked: PageSet,
     /// The windows submitted since they were last taken.
     pub(crate) windows: Vec<Window>,
+    /// What the cache behind the table can hold, in pages, if known.
+    pub(crate) capacity: Option<u64>,
 }
 
 impl SparseTable {
@@ -26,6 +28,7 @@ impl SparseTable {
             present: PageSet::default(),
             marked: PageSet::default(),
             windows: Vec::new(),
+            capacity: None,
         }
     }
 }
@@ -36,6 +39,9 @@ impl CacheView for SparseTable {
     }
     fn is_present(&self, index: u64) -> bool {
         self.present.contains(&index)
+    }
+    fn capacity_pages(&self) -> Option<u64> {
+        self.capacity
     }
 }
 
