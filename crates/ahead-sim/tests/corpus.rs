@@ -26,13 +26,13 @@ fn corpus() -> Vec<PathBuf> {
     v
 }
 
-fn replay(path: &PathBuf, device: DeviceKind) -> (SimResult, SimResult) {
+fn replay(path: &std::path::Path, device: DeviceKind) -> (SimResult, SimResult) {
     let o = SimOptions {
         policies: vec![PolicyKind::OnDemand, PolicyKind::Ahead],
         device,
         ..SimOptions::default()
     };
-    let rows = scenario::run(&Scenario::Replay(path.clone()), &o).unwrap();
+    let rows = scenario::run(&Scenario::Replay(path.to_path_buf()), &o).unwrap();
     let pick = |p: &str| rows.iter().find(|r| r.policy == p).unwrap().clone();
     (pick("ondemand"), pick("ahead"))
 }
