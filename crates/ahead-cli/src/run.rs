@@ -108,12 +108,15 @@ pub fn trace(args: TraceArgs) -> Result<()> {
 }
 
 /// Creates (or empties) an output file the preload then appends to, and
-/// returns its absolute path. An existing link is not followed.
+/// returns its absolute path. A link is not followed, and a file another
+/// user owns is refused rather than emptied (a root-run `ahead run` in
+/// /tmp must not truncate, or report its program's files into, a file a
+/// local user planted there).
 fn fresh_output(path: &Path, header: &[u8]) -> Result<PathBuf> {
     let abs = std::path::absolute(path).with_context(|| format!("{}", path.display()))?;
     let fd = rustix::fs::open(
         &abs,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::from_raw_mode(0o644),
     )
     .with_context(|| format!("{}", abs.display()))?;
@@ -121,6 +124,15 @@ fn fresh_output(path: &Path, header: &[u8]) -> Result<PathBuf> {
     if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
         bail!("{}: not a regular file", abs.display());
     }
+    let euid = rustix::process::geteuid().as_raw();
+    if st.st_uid != euid {
+        bail!(
+            "{}: owned by uid {}, not by the caller ({euid}); refusing to overwrite it",
+            abs.display(),
+            st.st_uid
+        );
+    }
+    rustix::fs::ftruncate(&fd, 0).with_context(|| format!("{}", abs.display()))?;
     rustix::io::write(&fd, header).with_context(|| format!("{}", abs.display()))?;
     Ok(abs)
 }

@@ -729,3 +729,36 @@ fn names_that_are_not_utf8_are_kept_byte_for_byte() {
     same_file(&a, &src);
     same_file(&b, &src);
 }
+
+/// `ahead run --stats FILE` / `ahead trace -o FILE` as root in a shared
+/// directory: a file the other user planted there is neither emptied nor
+/// fed root's program's reads (file names of root's), and a planted link
+/// is not followed.
+#[test]
+fn run_outputs_planted_by_another_user_are_refused() {
+    let (_dir, shared) = arena();
+    let planted = shared.join("stats.json");
+    let link = shared.join("trace.txt");
+    let victim = shared.join("victim");
+    fs::write(&victim, b"root's own file\n").unwrap();
+    let script = format!(
+        "echo mine > {p} && chmod 666 {p} && ln -s {v} {l}",
+        p = s(&planted),
+        v = s(&victim),
+        l = s(&link)
+    );
+    if run_as_nobody("run_outputs_planted...", &script).is_none() {
+        return;
+    }
+    let o = ahead(&["run", "--stats", s(&planted), "--", "cat", s(&victim)]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("refusing to overwrite"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(fs::read(&planted).unwrap(), b"mine\n");
+    let o = ahead(&["trace", "-o", s(&link), "--", "cat", s(&victim)]);
+    assert!(!o.status.success(), "a link was followed");
+    assert_eq!(fs::read(&victim).unwrap(), b"root's own file\n");
+}

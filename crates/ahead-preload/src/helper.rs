@@ -627,16 +627,26 @@ fn json_string(s: &str) -> String {
 }
 
 /// Appends `bytes` to `path` in one write (O_APPEND: the processes of one
-/// run share the file). The descriptor lives only for the call.
+/// run share the file), never creating it (ahead run did) and only if it
+/// is still a regular file of this user's. The descriptor lives only for
+/// the call.
 fn append(path: &str, bytes: &[u8]) {
     use rustix::fs::{Mode as FMode, OFlags};
     let Ok(fd) = rustix::fs::open(
         path,
-        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
         FMode::from_raw_mode(0o600),
     ) else {
         return;
     };
+    // Only into a regular file of this process's own user (ahead run made
+    // it so; a file swapped in since is left alone).
+    match rustix::fs::fstat(&fd) {
+        Ok(st)
+            if st.st_uid == rustix::process::geteuid().as_raw()
+                && rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => {}
+        _ => return,
+    }
     let mut rest = bytes;
     while !rest.is_empty() {
         match rustix::io::write(&fd, rest) {
