@@ -394,3 +394,29 @@ fn a_trace_records_reads_and_replays() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no file 'nope'"), "{}", stderr(&o));
 }
+
+/// A program that maps a file instead of reading it: the stats say so
+/// (`maps`), since nothing read through the mapping is seen.
+#[test]
+fn a_mapped_file_is_reported_in_the_stats() {
+    let Some(python) = program(&["python3"]) else {
+        eprintln!("SKIP: no python3 to map a file");
+        return;
+    };
+    let dir = scratch();
+    let file = gen(dir.path(), "mapped", 1 << 20);
+    let stats = dir.path().join("stats.json");
+    let script = format!(
+        "import mmap\nf = open({:?}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nprint(len(m[:4096]))",
+        s(&file)
+    );
+    let o = out(&mut ahead_cmd(&["run", "--stats", s(&stats), "--"])
+        .arg(&python)
+        .args(["-c", &script]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "4096");
+    let lines = stats_lines(&stats);
+    let st = stats_of(&lines, &file);
+    assert!(st["maps"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(st["requests"], 0, "{st}");
+}

@@ -46,6 +46,9 @@ const TRACE_FLUSH: usize = 1 << 20;
 pub(crate) enum Kind {
     Read,
     Write,
+    /// The file was mapped (`mmap`): what is read through the mapping is
+    /// not seen.
+    Map,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -369,6 +372,11 @@ struct FileStats {
     hinted_pages: u64,
     hinted_read: u64,
     policy: &'static str,
+    /// Mappings of the file (reads through them are not seen).
+    maps: u64,
+    /// The policy's view of the streams, when the file was last closed
+    /// or at exit.
+    streams: Vec<String>,
 }
 
 /// One open descriptor of a regular file.
@@ -380,6 +388,17 @@ struct Open {
     hinter: Option<Hinter>,
     hinted: HashMap<u64, ()>,
     stats: FileStats,
+}
+
+impl Open {
+    /// The counters, with the policy's last view of the streams.
+    fn finish(self) -> FileStats {
+        let mut stats = self.stats;
+        if let Some(h) = &self.hinter {
+            stats.streams = h.describe();
+        }
+        stats
+    }
 }
 
 #[derive(Default)]
@@ -413,7 +432,7 @@ impl State {
         let stale = self.open.get(&ev.fd).is_some_and(|o| o.gen != ev.gen);
         if stale {
             if let Some(o) = self.open.remove(&ev.fd) {
-                self.done.push(o.stats);
+                self.done.push(o.finish());
             }
         }
         if !self.open.contains_key(&ev.fd) {
@@ -480,6 +499,10 @@ impl State {
         let Some(o) = self.open.get_mut(&ev.fd) else {
             return;
         };
+        if ev.kind == Kind::Map {
+            o.stats.maps += 1;
+            return;
+        }
         if ev.kind == Kind::Write {
             o.stats.writes += 1;
             o.stats.written += ev.len;
@@ -557,7 +580,7 @@ impl State {
         self.flush_trace(config, true);
         let Some(path) = &config.stats else { return };
         let mut all: Vec<FileStats> = std::mem::take(&mut self.done);
-        all.extend(self.open.drain().map(|(_, o)| o.stats));
+        all.extend(self.open.drain().map(|(_, o)| o.finish()));
         // One record per file: descriptors of the same path add up.
         let mut by_path: Vec<FileStats> = Vec::new();
         for s in all {
@@ -570,6 +593,10 @@ impl State {
                     b.hints += s.hints;
                     b.hinted_pages += s.hinted_pages;
                     b.hinted_read += s.hinted_read;
+                    b.maps += s.maps;
+                    if !s.streams.is_empty() {
+                        b.streams = s.streams;
+                    }
                 }
                 None => by_path.push(s),
             }
@@ -589,7 +616,7 @@ impl State {
             };
             let _ = writeln!(
                 out,
-                "{{\"pid\":{},\"mode\":\"{}\",\"file\":{},\"requests\":{},\"bytes\":{},\"writes\":{},\"written\":{},\"hints\":{},\"hinted_pages\":{},\"hinted_pages_read\":{},\"accuracy\":{},\"policy\":\"{}\",\"events_dropped\":{}}}",
+                "{{\"pid\":{},\"mode\":\"{}\",\"file\":{},\"requests\":{},\"bytes\":{},\"writes\":{},\"written\":{},\"hints\":{},\"hinted_pages\":{},\"hinted_pages_read\":{},\"accuracy\":{},\"policy\":\"{}\",\"streams\":[{}],\"maps\":{},\"events_dropped\":{}}}",
                 std::process::id(),
                 m,
                 json_string(&s.path),
@@ -602,6 +629,8 @@ impl State {
                 s.hinted_read,
                 accuracy,
                 s.policy,
+                s.streams.iter().map(|x| json_string(x)).collect::<Vec<_>>().join(","),
+                s.maps,
                 dropped
             );
         }

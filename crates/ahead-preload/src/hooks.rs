@@ -615,3 +615,61 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
         r
     }
 }
+
+// ---- mappings (counted: reads through them are not seen) ----
+
+fn mapped(fd: c_int) {
+    if fd < 0 || !may_act() || matches!(mode(), Mode::Off) {
+        return;
+    }
+    let e = crate::errno();
+    if let Some((_, gen)) = regular(fd) {
+        helper::note(Kind::Map, fd, gen, 0, 0);
+    }
+    crate::set_errno(e);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    let r = match real!(mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void) {
+        Some(f) => f(addr, len, prot, flags, fd, off),
+        None => {
+            crate::set_errno(libc::ENOSYS);
+            return libc::MAP_FAILED;
+        }
+    };
+    if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS == 0 {
+        mapped(fd);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    let r = match real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void)
+    {
+        Some(f) => f(addr, len, prot, flags, fd, off),
+        None => {
+            crate::set_errno(libc::ENOSYS);
+            return libc::MAP_FAILED;
+        }
+    };
+    if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS == 0 {
+        mapped(fd);
+    }
+    r
+}

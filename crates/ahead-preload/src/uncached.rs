@@ -41,6 +41,24 @@ const STACK_PAGES: usize = 8192;
 /// dropped after it as well.
 const LOOK_PAST: u64 = 16 << 20;
 
+/// mmap by system call: the library's own mappings must not go through
+/// its `mmap` hook (which counts the program's mappings of files).
+///
+/// # Safety
+/// As mmap(2).
+unsafe fn raw_mmap(
+    addr: *mut c_void,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+) -> *mut c_void {
+    // SAFETY: the caller's arguments, as mmap takes them; -1 on error is
+    // MAP_FAILED.
+    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+}
+
 fn off_arg(pos: Pos) -> i64 {
     match pos {
         Pos::At(o) => o,
@@ -321,7 +339,7 @@ fn mincore_window(fd: c_int, first_page: u64, out: &mut [u8]) -> bool {
     // SAFETY: a shared read-only view of the file, never touched, only
     // asked about, and unmapped at once.
     unsafe {
-        let m = libc::mmap(
+        let m = raw_mmap(
             std::ptr::null_mut(),
             bytes as usize,
             libc::PROT_READ,
@@ -350,7 +368,7 @@ fn take_snapshot(fd: c_int) -> Option<(*mut u8, u64)> {
     }
     // SAFETY: an anonymous private mapping, owned by the slot from here.
     let p = unsafe {
-        libc::mmap(
+        raw_mmap(
             std::ptr::null_mut(),
             pages.max(1) as usize,
             libc::PROT_READ | libc::PROT_WRITE,
@@ -454,7 +472,7 @@ impl Residency {
         if pages > STACK_PAGES {
             // SAFETY: an anonymous private mapping, unmapped in Drop.
             let p = unsafe {
-                libc::mmap(
+                raw_mmap(
                     std::ptr::null_mut(),
                     pages,
                     libc::PROT_READ | libc::PROT_WRITE,
@@ -492,7 +510,7 @@ impl Residency {
         // SAFETY: a shared read-only view of the file, unmapped below;
         // never touched, only asked about.
         let p = unsafe {
-            libc::mmap(
+            raw_mmap(
                 std::ptr::null_mut(),
                 bytes as usize,
                 libc::PROT_READ,
@@ -628,7 +646,7 @@ pub(crate) fn copy_file_range(
     const BUF: usize = 1 << 20;
     // SAFETY: an anonymous private buffer, unmapped before return.
     let buf = unsafe {
-        libc::mmap(
+        raw_mmap(
             std::ptr::null_mut(),
             BUF,
             libc::PROT_READ | libc::PROT_WRITE,

@@ -868,6 +868,40 @@ impl Policy for Ahead {
         }
     }
 
+    fn describe(&self) -> Vec<String> {
+        let mut live: Vec<&Stream> = self.streams.iter().filter(|s| s.live).collect();
+        live.sort_by_key(|s| std::cmp::Reverse(s.last_used));
+        let mut out: Vec<String> = live
+            .iter()
+            .map(|s| {
+                let dir = match s.direction {
+                    Direction::Unknown => "unknown".to_string(),
+                    Direction::Forward => "forward".to_string(),
+                    Direction::Backward => "backward".to_string(),
+                    Direction::Strided { run, period } => {
+                        format!("strided (run {run}, period {period} pages)")
+                    }
+                };
+                format!(
+                    "{dir} from page {} to page {}, window {} pages",
+                    s.origin, s.last.index, s.size
+                )
+            })
+            .collect();
+        out.push(format!(
+            "dense regions: {}",
+            if self.dense.share <= 1 {
+                "off".to_string()
+            } else {
+                format!(
+                    "a region with 1 page in {} cached is read whole",
+                    self.dense.share
+                )
+            }
+        ));
+        out
+    }
+
     fn feedback(&mut self, event: Feedback) {
         match event {
             Feedback::LateHit { index } => {

@@ -71,6 +71,11 @@ impl Hinter {
         self.policy.name()
     }
 
+    /// The policy's view of its streams ([`Policy::describe`]).
+    pub fn describe(&self) -> Vec<String> {
+        self.policy.describe()
+    }
+
     /// Feeds one request of `len` bytes at `offset`. `cached` says the
     /// caller knows every byte of it was in the kernel's cache (then only a
     /// marker on it is news); `sequential` says it began where the previous

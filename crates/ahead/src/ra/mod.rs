@@ -336,6 +336,12 @@ pub trait Policy: Send {
     fn finish(&mut self, _req: Request) {}
     /// Facts observed by the engine.
     fn feedback(&mut self, _event: Feedback) {}
+    /// The policy's view of the streams it tracks, one line each (for
+    /// reports such as `ahead run --stats`); empty for policies that keep
+    /// one state per file.
+    fn describe(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Which policy.
