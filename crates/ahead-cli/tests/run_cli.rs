@@ -410,9 +410,8 @@ fn a_mapped_file_is_reported_in_the_stats() {
         "import mmap\nf = open({:?}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nprint(len(m[:4096]))",
         s(&file)
     );
-    let o = out(&mut ahead_cmd(&["run", "--stats", s(&stats), "--"])
-        .arg(&python)
-        .args(["-c", &script]));
+    let mut c = ahead_cmd(&["run", "--stats", s(&stats), "--"]);
+    let o = out(c.arg(&python).args(["-c", &script]));
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "4096");
     let lines = stats_lines(&stats);
