@@ -39,9 +39,11 @@ fn stats_lines(path: &Path) -> Vec<serde_json::Value> {
 }
 
 fn stats_of<'a>(lines: &'a [serde_json::Value], file: &Path) -> &'a serde_json::Value {
+    // The preload names files as /proc/self/fd shows them: canonical.
+    let file = std::fs::canonicalize(file).unwrap();
     lines
         .iter()
-        .find(|l| l["file"] == s(file))
+        .find(|l| l["file"] == s(&file))
         .unwrap_or_else(|| panic!("no stats for {}: {lines:?}", file.display()))
 }
 

@@ -57,6 +57,17 @@ fn iov_len(iov: *const iovec, cnt: c_int) -> u64 {
     v.iter().map(|i| i.iov_len as u64).sum()
 }
 
+/// The slot and generation of a call the library acts on: from a thread
+/// that may act, on a regular file, at a valid offset (a negative one is
+/// the kernel's to refuse, and -1 would mean "the file position" to
+/// `preadv2`).
+fn acts_on(fd: c_int, pos: Pos) -> Option<(&'static crate::Slot, u32)> {
+    if !may_act() || matches!(pos, Pos::At(o) if o < 0) {
+        return None;
+    }
+    regular(fd)
+}
+
 /// The common path of every read: `call` is the original call, `iov` the
 /// buffers it reads into (for the uncached mode's own read).
 fn around_read(
@@ -67,17 +78,12 @@ fn around_read(
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
     let m = mode();
-    if m == Mode::Off || !may_act() {
+    if m == Mode::Off {
         return call();
     }
-    let Some((slot, gen)) = regular(fd) else {
+    let Some((slot, gen)) = acts_on(fd, pos) else {
         return call();
     };
-    if let Pos::At(o) = pos {
-        if o < 0 {
-            return call();
-        }
-    }
     let len: u64 = iov.iter().map(|i| i.iov_len as u64).sum();
     match m {
         Mode::Readahead | Mode::Trace => {
@@ -115,17 +121,12 @@ fn around_write(
     flags: c_int,
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
-    if mode() != Mode::Uncached || !may_act() {
+    if mode() != Mode::Uncached {
         return call();
     }
-    let Some((slot, gen)) = regular(fd) else {
+    let Some((slot, gen)) = acts_on(fd, pos) else {
         return call();
     };
-    if let Pos::At(o) = pos {
-        if o < 0 {
-            return call();
-        }
-    }
     uncached::write(fd, slot, gen, pos, iov, flags, call)
 }
 
@@ -144,127 +145,52 @@ fn iovs<'a>(iov: *const iovec, cnt: c_int) -> &'a [iovec] {
     unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
 }
 
-// ---- reads ----
+// ---- reads and writes ----
 
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    around_read(
-        fd,
-        Pos::Current,
-        &one(buf, n),
-        0,
-        || call!(read: fn(c_int, *mut c_void, size_t) -> ssize_t; fd, buf, n),
-    )
+/// Defines a hooked read or write: `$around` (around_read, around_write)
+/// with the position and buffers the arguments give, around the call to
+/// the next definition with the same arguments.
+macro_rules! io_hook {
+    ($around:ident, $name:ident($fd:ident: c_int $(, $a:ident: $t:ty)*), $pos:expr, $iov:expr, $flags:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> ssize_t {
+            $around($fd, $pos, $iov, $flags, || {
+                call!($name: fn(c_int $(, $t)*) -> ssize_t; $fd $(, $a)*)
+            })
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn __read_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    buflen: size_t,
-) -> ssize_t {
-    if n > buflen {
-        return call!(__read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t; fd, buf, n, buflen);
-    }
-    around_read(
-        fd,
-        Pos::Current,
-        &one(buf, n),
-        0,
-        || call!(__read_chk: fn(c_int, *mut c_void, size_t, size_t) -> ssize_t; fd, buf, n, buflen),
-    )
+/// The fortified variants (`_FORTIFY_SOURCE`): a length past the buffer
+/// goes straight to the C library, which aborts as it should.
+macro_rules! chk_hook {
+    ($name:ident($fd:ident: c_int, $buf:ident: *mut c_void, $n:ident: size_t $(, $a:ident: $t:ty)*; $buflen:ident), $pos:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $fd: c_int,
+            $buf: *mut c_void,
+            $n: size_t
+            $(, $a: $t)*,
+            $buflen: size_t,
+        ) -> ssize_t {
+            let f = || call!($name: fn(c_int, *mut c_void, size_t $(, $t)*, size_t) -> ssize_t; $fd, $buf, $n $(, $a)*, $buflen);
+            if $n > $buflen {
+                return f();
+            }
+            around_read($fd, $pos, &one($buf, $n), 0, f)
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    around_read(
-        fd,
-        Pos::At(off),
-        &one(buf, n),
-        0,
-        || call!(pread: fn(c_int, *mut c_void, size_t, off_t) -> ssize_t; fd, buf, n, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
-    around_read(
-        fd,
-        Pos::At(off),
-        &one(buf, n),
-        0,
-        || call!(pread64: fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t; fd, buf, n, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __pread_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    off: off_t,
-    buflen: size_t,
-) -> ssize_t {
-    let f = || call!(__pread_chk: fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t; fd, buf, n, off, buflen);
-    if n > buflen {
-        return f();
-    }
-    around_read(fd, Pos::At(off), &one(buf, n), 0, f)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __pread64_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    off: off64_t,
-    buflen: size_t,
-) -> ssize_t {
-    let f = || call!(__pread64_chk: fn(c_int, *mut c_void, size_t, off64_t, size_t) -> ssize_t; fd, buf, n, off, buflen);
-    if n > buflen {
-        return f();
-    }
-    around_read(fd, Pos::At(off), &one(buf, n), 0, f)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    around_read(
-        fd,
-        Pos::Current,
-        iovs(iov, cnt),
-        0,
-        || call!(readv: fn(c_int, *const iovec, c_int) -> ssize_t; fd, iov, cnt),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    around_read(
-        fd,
-        Pos::At(off),
-        iovs(iov, cnt),
-        0,
-        || call!(preadv: fn(c_int, *const iovec, c_int, off_t) -> ssize_t; fd, iov, cnt, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    around_read(
-        fd,
-        Pos::At(off),
-        iovs(iov, cnt),
-        0,
-        || call!(preadv64: fn(c_int, *const iovec, c_int, off64_t) -> ssize_t; fd, iov, cnt, off),
-    )
-}
+io_hook!(around_read, read(fd: c_int, buf: *mut c_void, n: size_t), Pos::Current, &one(buf, n), 0);
+io_hook!(around_read, pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t), Pos::At(off), &one(buf, n), 0);
+io_hook!(around_read, pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t), Pos::At(off), &one(buf, n), 0);
+io_hook!(around_read, readv(fd: c_int, iov: *const iovec, cnt: c_int), Pos::Current, iovs(iov, cnt), 0);
+io_hook!(around_read, preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t), Pos::At(off), iovs(iov, cnt), 0);
+io_hook!(around_read, preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t), Pos::At(off), iovs(iov, cnt), 0);
+chk_hook!(__read_chk(fd: c_int, buf: *mut c_void, n: size_t; buflen), Pos::Current);
+chk_hook!(__pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t; buflen), Pos::At(off));
+chk_hook!(__pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t; buflen), Pos::At(off));
 
 fn pos_of(off: i64) -> Pos {
     if off == -1 {
@@ -272,6 +198,23 @@ fn pos_of(off: i64) -> Pos {
     } else {
         Pos::At(off)
     }
+}
+
+/// `preadv2`: an `RWF_NOWAIT` call is a probe that reads nothing from the
+/// device (and a hint for it would follow the program's own fallback
+/// read anyway), so it passes untouched.
+fn preadv2_hook(
+    fd: c_int,
+    iov: *const iovec,
+    cnt: c_int,
+    off: i64,
+    flags: c_int,
+    call: impl FnOnce() -> ssize_t,
+) -> ssize_t {
+    if flags & libc::RWF_NOWAIT != 0 {
+        return call();
+    }
+    around_read(fd, pos_of(off), iovs(iov, cnt), flags, call)
 }
 
 #[no_mangle]
@@ -282,13 +225,14 @@ pub unsafe extern "C" fn preadv2(
     off: off_t,
     flags: c_int,
 ) -> ssize_t {
-    let f = || call!(preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t; fd, iov, cnt, off, flags);
-    if flags & libc::RWF_NOWAIT != 0 {
-        // A probe: it reads nothing from the device, and a hint for it
-        // would follow the program's own fallback read anyway.
-        return f();
-    }
-    around_read(fd, pos_of(off), iovs(iov, cnt), flags, f)
+    preadv2_hook(
+        fd,
+        iov,
+        cnt,
+        off,
+        flags,
+        || call!(preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t; fd, iov, cnt, off, flags),
+    )
 }
 
 #[no_mangle]
@@ -299,124 +243,25 @@ pub unsafe extern "C" fn preadv64v2(
     off: off64_t,
     flags: c_int,
 ) -> ssize_t {
-    let f = || call!(preadv64v2: fn(c_int, *const iovec, c_int, off64_t, c_int) -> ssize_t; fd, iov, cnt, off, flags);
-    if flags & libc::RWF_NOWAIT != 0 {
-        return f();
-    }
-    around_read(fd, pos_of(off), iovs(iov, cnt), flags, f)
-}
-
-// ---- writes (acted on in uncached mode only) ----
-
-#[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    around_write(
+    preadv2_hook(
         fd,
-        Pos::Current,
-        &one(buf, n),
-        0,
-        || call!(write: fn(c_int, *const c_void, size_t) -> ssize_t; fd, buf, n),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    around_write(
-        fd,
-        Pos::At(off),
-        &one(buf, n),
-        0,
-        || call!(pwrite: fn(c_int, *const c_void, size_t, off_t) -> ssize_t; fd, buf, n, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwrite64(
-    fd: c_int,
-    buf: *const c_void,
-    n: size_t,
-    off: off64_t,
-) -> ssize_t {
-    around_write(
-        fd,
-        Pos::At(off),
-        &one(buf, n),
-        0,
-        || call!(pwrite64: fn(c_int, *const c_void, size_t, off64_t) -> ssize_t; fd, buf, n, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    around_write(
-        fd,
-        Pos::Current,
-        iovs(iov, cnt),
-        0,
-        || call!(writev: fn(c_int, *const iovec, c_int) -> ssize_t; fd, iov, cnt),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-    around_write(
-        fd,
-        Pos::At(off),
-        iovs(iov, cnt),
-        0,
-        || call!(pwritev: fn(c_int, *const iovec, c_int, off_t) -> ssize_t; fd, iov, cnt, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-) -> ssize_t {
-    around_write(
-        fd,
-        Pos::At(off),
-        iovs(iov, cnt),
-        0,
-        || call!(pwritev64: fn(c_int, *const iovec, c_int, off64_t) -> ssize_t; fd, iov, cnt, off),
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn pwritev2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    around_write(
-        fd,
-        pos_of(off),
-        iovs(iov, cnt),
+        iov,
+        cnt,
+        off,
         flags,
-        || call!(pwritev2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t; fd, iov, cnt, off, flags),
+        || call!(preadv64v2: fn(c_int, *const iovec, c_int, off64_t, c_int) -> ssize_t; fd, iov, cnt, off, flags),
     )
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn pwritev64v2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-    flags: c_int,
-) -> ssize_t {
-    around_write(
-        fd,
-        pos_of(off),
-        iovs(iov, cnt),
-        flags,
-        || call!(pwritev64v2: fn(c_int, *const iovec, c_int, off64_t, c_int) -> ssize_t; fd, iov, cnt, off, flags),
-    )
-}
+// Writes: acted on in uncached mode only.
+io_hook!(around_write, write(fd: c_int, buf: *const c_void, n: size_t), Pos::Current, &one(buf, n), 0);
+io_hook!(around_write, pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t), Pos::At(off), &one(buf, n), 0);
+io_hook!(around_write, pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t), Pos::At(off), &one(buf, n), 0);
+io_hook!(around_write, writev(fd: c_int, iov: *const iovec, cnt: c_int), Pos::Current, iovs(iov, cnt), 0);
+io_hook!(around_write, pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t), Pos::At(off), iovs(iov, cnt), 0);
+io_hook!(around_write, pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t), Pos::At(off), iovs(iov, cnt), 0);
+io_hook!(around_write, pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int), pos_of(off), iovs(iov, cnt), flags);
+io_hook!(around_write, pwritev64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int), pos_of(off), iovs(iov, cnt), flags);
 
 #[no_mangle]
 pub unsafe extern "C" fn copy_file_range(
@@ -451,63 +296,31 @@ fn opened(fd: c_int) -> c_int {
     fd
 }
 
+/// Defines a hooked call that returns a new descriptor: the call, then
+/// the descriptor's slot starts afresh.
+macro_rules! open_hook {
+    ($name:ident($($a:ident: $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            opened(call!($name: fn($($t),*) -> c_int; $($a),*))
+        }
+    };
+}
+
 // `open` and friends are variadic in C; the mode, when there is one, is the
 // next integer argument, which a fixed third parameter receives the same
 // way on the x86-64 and AArch64 Linux ABIs.
-#[no_mangle]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, m: mode_t) -> c_int {
-    opened(call!(open: fn(*const c_char, c_int, mode_t) -> c_int; path, flags, m))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, m: mode_t) -> c_int {
-    opened(call!(open64: fn(*const c_char, c_int, mode_t) -> c_int; path, flags, m))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat(dir: c_int, path: *const c_char, flags: c_int, m: mode_t) -> c_int {
-    opened(call!(openat: fn(c_int, *const c_char, c_int, mode_t) -> c_int; dir, path, flags, m))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn openat64(
-    dir: c_int,
-    path: *const c_char,
-    flags: c_int,
-    m: mode_t,
-) -> c_int {
-    opened(call!(openat64: fn(c_int, *const c_char, c_int, mode_t) -> c_int; dir, path, flags, m))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    opened(call!(__open_2: fn(*const c_char, c_int) -> c_int; path, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    opened(call!(__open64_2: fn(*const c_char, c_int) -> c_int; path, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int {
-    opened(call!(__openat_2: fn(c_int, *const c_char, c_int) -> c_int; dir, path, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __openat64_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int {
-    opened(call!(__openat64_2: fn(c_int, *const c_char, c_int) -> c_int; dir, path, flags))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn creat(path: *const c_char, m: mode_t) -> c_int {
-    opened(call!(creat: fn(*const c_char, mode_t) -> c_int; path, m))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn creat64(path: *const c_char, m: mode_t) -> c_int {
-    opened(call!(creat64: fn(*const c_char, mode_t) -> c_int; path, m))
-}
+open_hook!(open(path: *const c_char, flags: c_int, m: mode_t));
+open_hook!(open64(path: *const c_char, flags: c_int, m: mode_t));
+open_hook!(openat(dir: c_int, path: *const c_char, flags: c_int, m: mode_t));
+open_hook!(openat64(dir: c_int, path: *const c_char, flags: c_int, m: mode_t));
+open_hook!(__open_2(path: *const c_char, flags: c_int));
+open_hook!(__open64_2(path: *const c_char, flags: c_int));
+open_hook!(__openat_2(dir: c_int, path: *const c_char, flags: c_int));
+open_hook!(__openat64_2(dir: c_int, path: *const c_char, flags: c_int));
+open_hook!(creat(path: *const c_char, m: mode_t));
+open_hook!(creat64(path: *const c_char, m: mode_t));
+open_hook!(dup(fd: c_int));
 
 #[no_mangle]
 pub unsafe extern "C" fn fopen(path: *const c_char, m: *const c_char) -> *mut FILE {
@@ -573,11 +386,6 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     }
     crate::set_errno(e);
     r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    opened(call!(dup: fn(c_int) -> c_int; fd))
 }
 
 #[no_mangle]

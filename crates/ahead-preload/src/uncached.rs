@@ -74,6 +74,56 @@ fn page() -> u64 {
     rustix::param::page_size() as u64
 }
 
+/// The call made as `preadv2`/`pwritev2` with RWF_DONTCACHE added, where
+/// the descriptor takes it: `None` if it does not (then the descriptor is
+/// marked, errno is as it was, and the caller falls back).
+fn with_dontcache(
+    kind: Kind,
+    fd: c_int,
+    slot: &Slot,
+    gen: u32,
+    pos: Pos,
+    iov: &[iovec],
+    flags: c_int,
+) -> Option<ssize_t> {
+    if !crate::dontcache_allowed() || slot.no_dontcache.load(Ordering::Relaxed) != 0 {
+        return None;
+    }
+    type Rw = unsafe extern "C" fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t;
+    let f: Option<Rw> = match kind {
+        Kind::Write => real!(pwritev2: fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t),
+        _ => real!(preadv2: fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t),
+    };
+    let e = crate::errno();
+    let r = match f {
+        // SAFETY: the program's own buffers, as the original call had them.
+        Some(f) => unsafe {
+            f(
+                fd,
+                iov.as_ptr(),
+                iov.len() as c_int,
+                off_arg(pos),
+                flags | RWF_DONTCACHE,
+            )
+        },
+        None => {
+            crate::set_errno(libc::EOPNOTSUPP);
+            -1
+        }
+    };
+    if refused(r) {
+        slot.no_dontcache.store(1, Ordering::Relaxed);
+        crate::set_errno(e);
+        return None;
+    }
+    if r > 0 {
+        let e2 = crate::errno();
+        count(kind, fd, gen, pos, r);
+        crate::set_errno(e2);
+    }
+    Some(r)
+}
+
 /// A read of a regular file in uncached mode.
 pub(crate) fn read(
     fd: c_int,
@@ -87,34 +137,8 @@ pub(crate) fn read(
     if iov.is_empty() {
         return call();
     }
-    if crate::dontcache_allowed() && slot.no_dontcache.load(Ordering::Relaxed) == 0 {
-        let e = crate::errno();
-        let r = match real!(preadv2: fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t) {
-            // SAFETY: the program's own buffers, as the original call had them.
-            Some(f) => unsafe {
-                f(
-                    fd,
-                    iov.as_ptr(),
-                    iov.len() as c_int,
-                    off_arg(pos),
-                    flags | RWF_DONTCACHE,
-                )
-            },
-            None => {
-                crate::set_errno(libc::EOPNOTSUPP);
-                -1
-            }
-        };
-        if !refused(r) {
-            if r > 0 {
-                let e2 = crate::errno();
-                count(Kind::Read, fd, gen, pos, r);
-                crate::set_errno(e2);
-            }
-            return r;
-        }
-        slot.no_dontcache.store(1, Ordering::Relaxed);
-        crate::set_errno(e);
+    if let Some(r) = with_dontcache(Kind::Read, fd, slot, gen, pos, iov, flags) {
+        return r;
     }
     // The fallback.
     let e = crate::errno();
@@ -564,34 +588,8 @@ pub(crate) fn write(
     if iov.is_empty() {
         return call();
     }
-    if crate::dontcache_allowed() && slot.no_dontcache.load(Ordering::Relaxed) == 0 {
-        let e = crate::errno();
-        let r = match real!(pwritev2: fn(c_int, *const iovec, c_int, i64, c_int) -> ssize_t) {
-            // SAFETY: the program's own buffers, as the original call had them.
-            Some(f) => unsafe {
-                f(
-                    fd,
-                    iov.as_ptr(),
-                    iov.len() as c_int,
-                    off_arg(pos),
-                    flags | RWF_DONTCACHE,
-                )
-            },
-            None => {
-                crate::set_errno(libc::EOPNOTSUPP);
-                -1
-            }
-        };
-        if !refused(r) {
-            if r > 0 {
-                let e2 = crate::errno();
-                count(Kind::Write, fd, gen, pos, r);
-                crate::set_errno(e2);
-            }
-            return r;
-        }
-        slot.no_dontcache.store(1, Ordering::Relaxed);
-        crate::set_errno(e);
+    if let Some(r) = with_dontcache(Kind::Write, fd, slot, gen, pos, iov, flags) {
+        return r;
     }
     let r = call();
     if r > 0 {
