@@ -319,7 +319,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 let baseline = rss_now().filter(|_| is_ahead && reset_peak_rss());
                 let m = workload::run(&path, engine, &case.workload).map_err(anyhow::Error::msg)?;
                 let rss = baseline.and_then(|b| Some(peak_rss()?.saturating_sub(b)));
-                if rep == 0 && !m.direct && !matches!(engine, Engine::Kernel) {
+                // Only the engines meant to read with O_DIRECT can be
+                // refused it (the kernel modes read through the cache).
+                let wants_direct = matches!(
+                    engine,
+                    Engine::KernelDirect
+                        | Engine::DeviceLimit
+                        | Engine::Ahead {
+                            mode: ahead::Mode::Direct,
+                            ..
+                        }
+                );
+                if rep == 0 && !m.direct && wants_direct {
                     eprintln!(
                         "ahead: warning: {}: O_DIRECT refused; {} read through the kernel cache",
                         path.display(),
