@@ -72,6 +72,24 @@ ts = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
 [t.start() for t in ts]
 [t.join() for t in ts]
 say("threads", lambda: ",".join(res))
+# A fork: the child walks the file backwards through the inherited
+# descriptor and reports through a pipe; the parent reads on meanwhile.
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    s = hashlib.sha1()
+    o = os.fstat(fd).st_size
+    while o > 0:
+        o = max(0, o - 16384)
+        s.update(os.pread(fd, 16384, o))
+    os.write(w, s.hexdigest()[:12].encode())
+    os._exit(0)
+os.close(w)
+say("parent pread after fork", lambda: os.pread(fd, 4096, 123456))
+say("child's backward walk", lambda: os.read(r, 100))
+os.close(r)
+say("child exit", lambda: os.waitpid(pid, 0)[1])
 # Not regular files: a directory, a pipe.
 dfd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
 say("read a directory", lambda: os.read(dfd, 10))
