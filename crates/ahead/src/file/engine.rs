@@ -314,7 +314,7 @@ impl Engine {
     }
 
     /// Frames lent out or being copied from right now (pinned). Zero
-    /// whenever no read is running and no [`Pages`] is alive: a frame
+    /// whenever no read is running and no [`Pages`](super::Pages) is alive: a frame
     /// pinned for good would be lost to the budget.
     pub fn pinned_frames(&self) -> usize {
         self.shared.cache.pinned()

@@ -19,11 +19,11 @@
 //! **Uncached**: reads that leave the kernel's cache as they found it.
 //! `RWF_DONTCACHE` (Linux 6.14) where the file system supports it: pages
 //! this read brings in leave with it, pages cached before stay. Elsewhere,
-//! the residency of the request's pages is looked at just before the read
-//! (mincore) and only the pages that were not cached are dropped after it
-//! (`POSIX_FADV_DONTNEED`), with the kernel's readahead turned off for the
-//! descriptor (`POSIX_FADV_RANDOM`) so that it brings in nothing the read
-//! did not ask for. Where residency cannot be seen (mincore answers
+//! the file's residency is recorded when it is opened (mincore) and the
+//! pages not in the record are dropped as reads go and when it closes
+//! (`POSIX_FADV_DONTNEED`; see [`Snapshot`]), with the kernel's readahead
+//! turned off for the descriptor (`POSIX_FADV_RANDOM`). Where residency
+//! cannot be seen (mincore answers
 //! "cached" for every page of a file the caller neither owns nor may
 //! write), nothing is dropped and [`super::File::residency_blind`] says so.
 
@@ -132,6 +132,8 @@ pub(super) struct KernelFile {
     dontcache: AtomicBool,
     /// mincore tells the truth about this file (Uncached's fallback).
     residency_visible: bool,
+    /// Uncached fallback: the file's residency when it was opened.
+    snapshot: Option<Arc<Snapshot>>,
     /// Smoothed probe hit ratio, in 1/65536.
     ratio: AtomicU32,
     /// Reads since the last probe while probing is off.
@@ -200,6 +202,10 @@ impl KernelFile {
             // for, which the fallback cannot tell from others' pages.
             let _ = sys::fadvise(fd.as_fd(), 0, 0, sys::Advice::Random);
         }
+        let snapshot = (mode == Mode::Uncached && !dontcache && residency_visible)
+            .then(|| Snapshot::take(&fd, size, page))
+            .flatten()
+            .map(Arc::new);
         let hints = (mode == Mode::Buffered)
             .then_some(policy)
             .flatten()
@@ -211,6 +217,7 @@ impl KernelFile {
             nowait: AtomicBool::new(nowait),
             dontcache: AtomicBool::new(dontcache),
             residency_visible,
+            snapshot,
             ratio: AtomicU32::new(RATIO_ONE),
             skipped: AtomicU32::new(0),
             hinter: if hints.is_some() { hinter } else { None },
@@ -367,7 +374,11 @@ impl KernelFile {
     /// Uncached fallback: which pages of the span are cached now (None when
     /// nothing will be dropped).
     fn residency_before(&self, offset: u64, len: usize) -> Option<(u64, Vec<bool>)> {
-        if self.mode != Mode::Uncached || self.dontcache() || !self.residency_visible {
+        if self.mode != Mode::Uncached
+            || self.dontcache()
+            || !self.residency_visible
+            || self.snapshot.is_some()
+        {
             return None;
         }
         let (start, span) = self.span(offset, len);
@@ -446,6 +457,9 @@ impl KernelFile {
             let before = self.residency_before(offset + done as u64, buf.len() - done);
             let r = self.read_blocking(&mut buf[done..], offset + done as u64);
             KernelFile::drop_new(&self.fd, self.page, before);
+            if let (Some(snap), Ok(got)) = (&self.snapshot, &r) {
+                snap.read(offset + done as u64, *got as u64);
+            }
             add(&self.counters.backend_ns, nanos(t));
             let got = r?;
             add(&self.counters.backend_bytes, got as u64);
@@ -471,6 +485,136 @@ impl KernelFile {
                 runs,
             });
         }
+    }
+}
+
+/// Files up to this many pages get a residency snapshot (64 GiB of 4 KiB
+/// pages: 16 MiB of map); larger ones are checked read by read.
+const SNAPSHOT_MAX_PAGES: u64 = 16 << 20;
+/// The fallback drops what reads brought in every this many bytes read,
+/// and when the file is closed.
+const PASS_EVERY: u64 = 8 << 20;
+/// How far past what was read a pass looks: a read landing on a lookahead
+/// marker another reader's readahead left starts the kernel's async
+/// readahead even under `POSIX_FADV_RANDOM`, up to twice the device's
+/// `read_ahead_kb` ahead (8 MiB on the development VM).
+const LOOK_PAST: u64 = 16 << 20;
+
+/// The Uncached fallback's record of a file (Debian `nocache`'s method):
+/// which pages were cached when it was opened, and the span read since.
+/// Every [`PASS_EVERY`] bytes read and when the file is closed, the pages
+/// of that span (and [`LOOK_PAST`] beyond) that the snapshot did not have
+/// are dropped; at close, pages still under I/O (DONTNEED skips them) are
+/// chased for up to 100 ms. A check just before each read missed the
+/// async readahead of someone else's markers: a file half cached by a
+/// plain reader kept 94% of its other half after an Uncached read.
+pub(super) struct Snapshot {
+    fd: Arc<OwnedFd>,
+    page: u64,
+    before: Vec<bool>,
+    /// (lowest offset read, end of the highest read, bytes since the last
+    /// pass).
+    span: Mutex<(u64, u64, u64)>,
+}
+
+impl Snapshot {
+    fn take(fd: &Arc<OwnedFd>, size: u64, page: u64) -> Option<Snapshot> {
+        if size.div_ceil(page) > SNAPSHOT_MAX_PAGES {
+            return None;
+        }
+        let before = crate::residency::page_map(fd.as_fd(), 0, size).ok()??;
+        Some(Snapshot {
+            fd: fd.clone(),
+            page,
+            before,
+            span: Mutex::new((u64::MAX, 0, 0)),
+        })
+    }
+
+    fn read(&self, offset: u64, n: u64) {
+        let pass = {
+            let mut g = self.span.lock().unwrap_or_else(|p| p.into_inner());
+            g.0 = g.0.min(offset);
+            g.1 = g.1.max(offset + n);
+            g.2 += n;
+            if g.2 >= PASS_EVERY {
+                g.2 = 0;
+                true
+            } else {
+                false
+            }
+        };
+        if pass {
+            self.pass(false);
+        }
+    }
+
+    fn was_cached(&self, index: u64) -> bool {
+        self.before.get(index as usize).copied().unwrap_or(false)
+    }
+
+    /// Drops the pages of the span read (and beyond) the snapshot did not
+    /// have; `chase`: then those that come in from reads still in flight.
+    fn pass(&self, chase: bool) {
+        let (lo, hi, _) = *self.span.lock().unwrap_or_else(|p| p.into_inner());
+        if lo >= hi {
+            return;
+        }
+        let first = lo / self.page;
+        let last = (hi + LOOK_PAST).div_ceil(self.page);
+        let drop_runs = |resident: Option<(u64, &[bool])>| -> bool {
+            let mut any = false;
+            let mut i = first;
+            while i < last {
+                let now = resident.is_none_or(|(at, r)| r.get((i - at) as usize) == Some(&true));
+                if self.was_cached(i) || !now {
+                    i += 1;
+                    continue;
+                }
+                let from = i;
+                while i < last
+                    && !self.was_cached(i)
+                    && resident.is_none_or(|(at, r)| r.get((i - at) as usize) == Some(&true))
+                {
+                    i += 1;
+                }
+                any = true;
+                let _ = sys::fadvise(
+                    self.fd.as_fd(),
+                    from * self.page,
+                    (i - from) * self.page,
+                    sys::Advice::DontNeed,
+                );
+            }
+            any
+        };
+        drop_runs(None);
+        if !chase {
+            return;
+        }
+        for _ in 0..50 {
+            let mut v = Vec::new();
+            if sys::mincore(
+                self.fd.as_fd(),
+                first * self.page,
+                ((last - first) * self.page) as usize,
+                &mut v,
+            )
+            .is_err()
+            {
+                return;
+            }
+            if !drop_runs(Some((first, &v))) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        self.pass(true);
     }
 }
 
@@ -529,6 +673,7 @@ impl KernelRead {
                         Some(cx.waker().clone());
                     let before = kf.residency_before(at, rest);
                     let (fd, page) = (kf.fd.clone(), kf.page);
+                    let snap = kf.snapshot.clone();
                     let s = slot.clone();
                     add(&kf.counters.backend_reads, 1);
                     let op = ReadOp {
@@ -550,6 +695,9 @@ impl KernelRead {
                         op,
                         Box::new(move |op, r| {
                             KernelFile::drop_new(&fd, page, before);
+                            if let (Some(snap), Ok(got)) = (&snap, &r) {
+                                snap.read(at, *got as u64);
+                            }
                             *s.result.lock().unwrap_or_else(|p| p.into_inner()) = Some((op, r));
                             let w = s.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
                             if let Some(w) = w {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::Shared;
 
-/// Cached pages lent by [`File::read_pages`]: no copy was made. The pages
+/// Cached pages lent by [`File::read_pages`](super::File::read_pages): no copy was made. The pages
 /// stay pinned in the cache until this is dropped.
 pub struct Pages {
     pub(super) engine: Arc<Shared>,

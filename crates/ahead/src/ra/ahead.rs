@@ -67,7 +67,7 @@ pub const MIN_WINDOW: u64 = 4;
 
 /// Dense random reads: a random miss in an aligned region of this many
 /// pages (at most the maximum window) of which one page in
-/// [`DENSE_SHARE`] is already cached reads the region's absent pages with
+/// [`DENSE_SHARE_START`] is already cached reads the region's absent pages with
 /// the request, in one window. This is the kernel's "the more overall read
 /// density, the more possible gain" (Wu's context readahead, which
 /// `ondemand` gets from the cached pages before a miss) made a rule of its
