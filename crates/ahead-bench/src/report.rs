@@ -148,6 +148,17 @@ fn legend(names: &[String], out: &mut String) {
     }
 }
 
+/// The median of `v` (the upper one of an even count, so it is always a
+/// value that was measured), or None for no values. The one median of
+/// every benchmark table.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
 /// A grouped bar chart: one group per category, one bar per series.
 /// `values[s][c]` is series `s` in category `c`.
 pub fn bar_chart(

@@ -90,12 +90,7 @@ struct Row {
 
 impl Row {
     fn median(&self, f: impl Fn(&Measurement) -> Option<f64>) -> Option<f64> {
-        let mut v: Vec<f64> = self.runs.iter().filter_map(f).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(|a, b| a.total_cmp(b));
-        Some(v[v.len() / 2])
+        ahead_bench::report::median(self.runs.iter().filter_map(f).collect())
     }
     fn mb_s(&self) -> f64 {
         self.median(|m| Some(m.mb_s())).unwrap_or(0.0)

@@ -80,12 +80,8 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+fn median(v: Vec<f64>) -> f64 {
+    ahead_bench::report::median(v).unwrap_or(f64::NAN)
 }
 
 fn blake3(path: &Path) -> Result<String> {

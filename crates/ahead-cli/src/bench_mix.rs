@@ -89,9 +89,7 @@ pub struct MixRow {
 
 impl MixRow {
     fn median(&self, f: impl Fn(&ClassResult) -> f64) -> f64 {
-        let mut v: Vec<f64> = self.runs.iter().map(f).collect();
-        v.sort_by(|a, b| a.total_cmp(b));
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
+        ahead_bench::report::median(self.runs.iter().map(f).collect()).unwrap_or(0.0)
     }
     /// The row as JSON.
     pub fn json(&self) -> serde_json::Value {
