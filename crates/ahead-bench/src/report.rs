@@ -297,4 +297,12 @@ mod tests {
         let s = bar_chart("a<b", "y", &["&".into()], &["s".into()], &[vec![1.0]]);
         assert!(s.contains("a&lt;b") && s.contains("&amp;"));
     }
+
+    #[test]
+    fn the_median_is_a_measured_value() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(median(vec![f64::NAN, 1.0, 2.0]), Some(2.0));
+    }
 }
