@@ -36,6 +36,11 @@ fn main() {
             "profile.release.debug=0",
             "--config",
             "profile.release.strip=true",
+            // A panic must never unwind into the program's C frames; abort
+            // also drops the unwinder (libgcc_s) from what every program
+            // under `ahead run` loads.
+            "--config",
+            "profile.release.panic=\"abort\"",
         ])
         // The outer build's settings for its own target do not apply.
         .env_remove("CARGO_TARGET_DIR")

@@ -119,18 +119,50 @@ fn runtime() -> Option<&'static Runtime> {
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
-/// At load: the runtime of this process.
+/// Where the outputs go, from the environment at load.
+static CONFIG: std::sync::OnceLock<Config> = std::sync::OnceLock::new();
+
+/// At load: remember the configuration. The runtime (its 1 MiB queue, the
+/// helper) is made at the first read of a regular file: a process that
+/// reads none, like most of the commands a shell script forks and execs,
+/// pays nothing for it (making it at load cost every process about 1 ms).
 pub(crate) fn install(config: Config) {
-    let rt = Box::into_raw(Box::new(Runtime::new(config)));
-    RUNTIME.store(rt, Ordering::Release);
+    let _ = CONFIG.set(config);
+}
+
+fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+/// The runtime, made on first use (in a hooked read: one allocation, once
+/// per process).
+fn runtime_or_make() -> Option<&'static Runtime> {
+    if let Some(rt) = runtime() {
+        return Some(rt);
+    }
+    let fresh = Box::into_raw(Box::new(Runtime::new(config()?.clone())));
+    match RUNTIME.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => runtime(),
+        Err(_) => {
+            // Another thread made it first.
+            // SAFETY: ours, never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            runtime()
+        }
+    }
 }
 
 /// In a fork's child: the parent's helper is not here, and its queue and
-/// state may have been mid-change. Start afresh (the old runtime leaks: it
-/// may be in use by nothing but cannot be proven free).
+/// state may have been mid-change. The child starts afresh at its first
+/// read (the old runtime leaks: it cannot be proven free). Nothing is
+/// allocated here.
 pub(crate) fn after_fork() {
-    let config = runtime().map(|r| r.config.clone()).unwrap_or_default();
-    install(config);
+    RUNTIME.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 /// The file position of `fd` (None if it has none).
@@ -149,10 +181,13 @@ fn now_ns() -> u64 {
 /// when a trace or stats will print it): readlink of /proc/self/fd/N into
 /// a stack buffer, no allocation.
 pub(crate) fn name(fd: c_int, gen: u32) {
-    let Some(rt) = runtime() else { return };
-    if rt.config.stats.is_none() && rt.config.trace.is_none() {
+    let Some(c) = config() else { return };
+    if c.stats.is_none() && c.trace.is_none() {
         return;
     }
+    let Some(rt) = crate::busy_during(runtime_or_make) else {
+        return;
+    };
     let mut link = [0u8; 32];
     let mut w = std::io::Cursor::new(&mut link[..]);
     if std::io::Write::write_fmt(&mut w, format_args!("/proc/self/fd/{fd}\0")).is_err() {
@@ -185,7 +220,7 @@ pub(crate) fn note(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
 }
 
 fn note_inner(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
-    let Some(rt) = runtime() else { return };
+    let Some(rt) = runtime_or_make() else { return };
     if rt.exiting.load(Ordering::Relaxed) {
         return;
     }

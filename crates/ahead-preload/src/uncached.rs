@@ -30,9 +30,6 @@ use crate::Slot;
 const RWF_DONTCACHE: c_int = 0x80;
 /// The write fallback flushes and drops a file's dirty pages this often.
 pub const FLUSH_EVERY: u64 = 8 << 20;
-/// Pages whose residency fits the stack buffer (32 MiB of 4 KiB pages);
-/// larger reads map an anonymous buffer for it.
-const STACK_PAGES: usize = 8192;
 /// How far past a read the fallback looks: a read that lands on a
 /// lookahead marker left by someone else's readahead starts the kernel's
 /// async readahead even with `POSIX_FADV_RANDOM` set, up to twice the
@@ -479,90 +476,54 @@ fn count(kind: Kind, fd: c_int, gen: u32, _pos: Pos, r: ssize_t) {
     helper::note(kind, fd, gen, 0, r as u64);
 }
 
-/// A mincore vector: on the stack for small reads, mapped for large ones.
+/// A mincore vector (files too large for a snapshot), in an anonymous
+/// mapping.
 struct Residency {
-    stack: [u8; STACK_PAGES],
     map: *mut u8,
     len: usize,
 }
 
 impl Residency {
     fn new(pages: usize) -> Residency {
-        let mut r = Residency {
-            stack: [0; STACK_PAGES],
-            map: std::ptr::null_mut(),
-            len: pages,
+        // An anonymous mapping, never the stack: a hook may run on a
+        // program's small thread stack.
+        // SAFETY: an anonymous private mapping, unmapped in Drop.
+        let p = unsafe {
+            raw_mmap(
+                std::ptr::null_mut(),
+                pages.max(1),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
-        if pages > STACK_PAGES {
-            // SAFETY: an anonymous private mapping, unmapped in Drop.
-            let p = unsafe {
-                raw_mmap(
-                    std::ptr::null_mut(),
-                    pages,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
+        if p == libc::MAP_FAILED {
+            return Residency {
+                map: std::ptr::null_mut(),
+                len: 0,
             };
-            if p != libc::MAP_FAILED {
-                r.map = p as *mut u8;
-            } else {
-                r.len = 0;
-            }
         }
-        r
-    }
-
-    fn vec(&mut self) -> &mut [u8] {
-        if self.map.is_null() {
-            let n = self.len.min(STACK_PAGES);
-            &mut self.stack[..n]
-        } else {
-            // SAFETY: a mapping of len bytes.
-            unsafe { std::slice::from_raw_parts_mut(self.map, self.len) }
+        Residency {
+            map: p as *mut u8,
+            len: pages,
         }
     }
 
     /// Reads the residency of `pages` pages from `start`; false if it
     /// cannot (then nothing is dropped).
     fn fill(&mut self, fd: c_int, start: u64, pages: u64) -> bool {
-        if self.len < pages as usize || pages == 0 {
+        if self.map.is_null() || self.len < pages as usize || pages == 0 {
             return false;
         }
-        let bytes = pages * page();
-        // SAFETY: a shared read-only view of the file, unmapped below;
-        // never touched, only asked about.
-        let p = unsafe {
-            raw_mmap(
-                std::ptr::null_mut(),
-                bytes as usize,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                start as i64,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return false;
-        }
-        let v = self.vec();
-        // SAFETY: the mapping above and a vector of one byte per page.
-        let ok = unsafe { libc::mincore(p, bytes as usize, v.as_mut_ptr()) } == 0;
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(p, bytes as usize) };
-        ok
+        // SAFETY: a mapping of len bytes.
+        let v = unsafe { std::slice::from_raw_parts_mut(self.map, self.len) };
+        mincore_window(fd, start / page(), &mut v[..pages as usize])
     }
 
     fn cached(&self, i: usize) -> bool {
-        if self.map.is_null() {
-            self.stack.get(i).is_some_and(|b| b & 1 == 1)
-        } else if i < self.len {
-            // SAFETY: within the mapping.
-            unsafe { *self.map.add(i) & 1 == 1 }
-        } else {
-            false
-        }
+        // SAFETY: within the mapping.
+        i < self.len && !self.map.is_null() && unsafe { *self.map.add(i) } & 1 == 1
     }
 }
 
@@ -570,7 +531,7 @@ impl Drop for Residency {
     fn drop(&mut self) {
         if !self.map.is_null() {
             // SAFETY: the mapping made in new.
-            unsafe { libc::munmap(self.map as *mut c_void, self.len) };
+            unsafe { libc::munmap(self.map as *mut c_void, self.len.max(1)) };
         }
     }
 }
