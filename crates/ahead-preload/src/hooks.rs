@@ -280,8 +280,22 @@ pub unsafe extern "C" fn copy_file_range(
         return f();
     }
     match (regular(fd_in), regular(fd_out)) {
-        (Some(_), Some(_)) => uncached::copy_file_range(fd_in, off_in, fd_out, off_out, len, f),
+        (Some(_), Some(_)) if !same_file(fd_in, fd_out) => {
+            uncached::copy_file_range(fd_in, off_in, fd_out, off_out, len, f)
+        }
+        // Within one file the kernel has rules of its own (overlapping
+        // ranges are EINVAL): the call goes to it as it is.
         _ => f(),
+    }
+}
+
+/// Whether two descriptors are the same file.
+fn same_file(a: c_int, b: c_int) -> bool {
+    // SAFETY: descriptors the program passed; fstat only.
+    let st = |fd| rustix::fs::fstat(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }).ok();
+    match (st(a), st(b)) {
+        (Some(x), Some(y)) => x.st_dev == y.st_dev && x.st_ino == y.st_ino,
+        _ => true,
     }
 }
 

@@ -114,6 +114,8 @@ say("dst pos", lambda: os.lseek(wfd, 0, os.SEEK_CUR))
 say("copy_file_range offsets", lambda: os.copy_file_range(fd, wfd, 50000, 2 << 20, 1 << 20))
 say("src pos unchanged", pos)
 say("copy_file_range past end", lambda: os.copy_file_range(fd, wfd, 100, 1 << 40, 0))
+say("copy_file_range within one file, overlapping", lambda: os.copy_file_range(wfd, wfd, 1000, 0, 500))
+say("copy_file_range within one file", lambda: os.copy_file_range(wfd, wfd, 1000, 0, 400000))
 os.close(wfd)
 with open(dst, "rb") as f:
     say("written file", lambda: f.read())
