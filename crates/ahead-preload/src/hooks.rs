@@ -280,13 +280,21 @@ pub unsafe extern "C" fn copy_file_range(
         return f();
     }
     match (regular(fd_in), regular(fd_out)) {
-        (Some(_), Some(_)) if !same_file(fd_in, fd_out) => {
+        (Some(_), Some(_)) if !same_file(fd_in, fd_out) && !appends(fd_out) => {
             uncached::copy_file_range(fd_in, off_in, fd_out, off_out, len, f)
         }
         // Within one file the kernel has rules of its own (overlapping
         // ranges are EINVAL): the call goes to it as it is.
         _ => f(),
     }
+}
+
+/// Whether a descriptor writes at the end (copy_file_range refuses such a
+/// destination with EBADF, so the kernel is left to say so).
+fn appends(fd: c_int) -> bool {
+    // SAFETY: a descriptor the program passed; F_GETFL only.
+    rustix::fs::fcntl_getfl(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+        .map_or(true, |f| f.contains(rustix::fs::OFlags::APPEND))
 }
 
 /// Whether two descriptors are the same file.

@@ -122,6 +122,7 @@ with open(dst, "rb") as f:
 app = os.open(dst, os.O_WRONLY | os.O_APPEND)
 say("append", lambda: os.write(app, b"tail"))
 say("append pos", lambda: os.lseek(app, 0, os.SEEK_CUR))
+say("copy_file_range to O_APPEND", lambda: os.copy_file_range(fd, app, 100))
 os.close(app)
 os.close(fd)
 say("read closed", lambda: os.read(fd, 10))
