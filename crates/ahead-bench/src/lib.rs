@@ -19,4 +19,5 @@ pub mod device;
 pub mod mix;
 pub mod report;
 pub mod stress;
+pub mod suite;
 pub mod workload;

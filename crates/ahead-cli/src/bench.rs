@@ -3,14 +3,12 @@
 //! do, in one run; medians of repetitions; a table with ratios, JSON and a
 //! plot.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use ahead::units::{format_size, parse_size};
 use ahead::Mode;
-use ahead_bench::report::{bar_chart, Table};
-use ahead_bench::workload::{self, Engine, Measurement, Pattern, Workload};
+use ahead_bench::suite;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
@@ -68,163 +66,6 @@ enum BenchWhat {
     Mix(crate::bench_mix::MixArgs),
 }
 
-/// One benchmark case: a named pattern and the engines that run it.
-struct Case {
-    name: &'static str,
-    workload: Workload,
-    engines: Vec<Engine>,
-}
-
-/// One row of results.
-struct Row {
-    pattern: &'static str,
-    engine: &'static str,
-    bs: u64,
-    runs: Vec<Measurement>,
-    /// Largest peak resident set of one run (ahead's engines only).
-    peak_rss: Option<u64>,
-    /// The device profile's best for this pattern, MB/s (cold rows on a
-    /// capped device only).
-    oracle_mb_s: Option<f64>,
-}
-
-impl Row {
-    fn median(&self, f: impl Fn(&Measurement) -> Option<f64>) -> Option<f64> {
-        ahead_bench::report::median(self.runs.iter().filter_map(f).collect())
-    }
-    fn mb_s(&self) -> f64 {
-        self.median(|m| Some(m.mb_s())).unwrap_or(0.0)
-    }
-    /// CPU seconds per GiB read (median).
-    fn cpu_per_gib(&self) -> Option<f64> {
-        self.median(|m| Some(m.cpu_s? / (m.bytes.max(1) as f64 / (1u64 << 30) as f64)))
-    }
-}
-
-fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) -> Vec<Case> {
-    let k = |q: u64, full: u64| if quick { q } else { full };
-    let with = |mode: Mode| Engine::Ahead {
-        config: ahead.clone(),
-        zero_copy: false,
-        mode,
-    };
-    let has = |m: Mode| modes.contains(&m);
-    // ahead's engines for the selected modes; Uncached only where a cold
-    // read is measured (it is a cold-read mode).
-    let aheads = |uncached: bool| -> Vec<Engine> {
-        modes
-            .iter()
-            .filter(|&&m| uncached || m != Mode::Uncached)
-            .map(|&m| with(m))
-            .collect()
-    };
-    let kernels = || {
-        let mut v = vec![Engine::Kernel, Engine::KernelDirect];
-        v.extend(aheads(false));
-        v
-    };
-    let mut v = vec![
-        Case {
-            name: "seq",
-            workload: Workload {
-                bytes: k(64 << 20, 0),
-                ..Workload::new(Pattern::Seq, 4096)
-            },
-            engines: {
-                let mut v = vec![Engine::Kernel, Engine::KernelDirect];
-                v.extend(aheads(true));
-                v
-            },
-        },
-        Case {
-            name: "seq",
-            workload: Workload {
-                depth: 32,
-                ..Workload::new(Pattern::Seq, 1 << 20)
-            },
-            engines: vec![Engine::DeviceLimit],
-        },
-        Case {
-            name: "reverse",
-            workload: Workload {
-                bytes: k(64 << 20, 256 << 20),
-                ..Workload::new(Pattern::Reverse, 4096)
-            },
-            engines: kernels(),
-        },
-        Case {
-            name: "stride",
-            workload: Workload {
-                bytes: k(64 << 20, 256 << 20),
-                ..Workload::new(Pattern::Stride { gap: 12 << 10 }, 4096)
-            },
-            engines: kernels(),
-        },
-        Case {
-            name: "interleaved-8",
-            workload: Workload {
-                bytes: k(64 << 20, size),
-                ..Workload::new(Pattern::Interleaved { n: 8 }, 4096)
-            },
-            engines: kernels(),
-        },
-        Case {
-            name: "random-64k-qd64",
-            workload: Workload {
-                depth: 64,
-                bytes: k(256 << 20, 1 << 30),
-                ..Workload::new(Pattern::Random, 64 << 10)
-            },
-            engines: {
-                let mut v = vec![Engine::Kernel, Engine::KernelDirect];
-                v.extend(aheads(false));
-                v.push(Engine::DeviceLimit);
-                v
-            },
-        },
-        Case {
-            name: "random-4k",
-            workload: Workload {
-                bytes: k(24 << 20, 32 << 20),
-                latency: true,
-                ..Workload::new(Pattern::Random, 4096)
-            },
-            engines: kernels(),
-        },
-    ];
-    // Cached reads: a region larger than the CPU caches but well inside
-    // ahead's budget, read once to warm, then random 4 KiB and 16 KiB
-    // reads, every byte read by the caller.
-    let region = (ahead.cache_bytes / 2).min(size).min(128 << 20);
-    for (name, bs) in [("cached-4k", 4096u64), ("cached-16k", 16 << 10)] {
-        v.push(Case {
-            name,
-            workload: Workload {
-                cold: false,
-                warm: true,
-                span: region,
-                latency: true,
-                bytes: k(256 << 20, 1 << 30),
-                ..Workload::new(Pattern::Random, bs)
-            },
-            engines: {
-                let mut v = vec![Engine::Kernel];
-                v.extend(aheads(false));
-                if has(Mode::Direct) {
-                    v.push(Engine::Ahead {
-                        config: ahead.clone(),
-                        zero_copy: true,
-                        mode: Mode::Direct,
-                    });
-                }
-                v
-            },
-        });
-    }
-    v
-}
-
-/// Runs `ahead bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
         Some(BenchWhat::Copy(c)) => return crate::bench_copy::run(c),
@@ -289,79 +130,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
     };
     let profile = _throttle.as_ref().map(|t| t.profile);
     let started = Instant::now();
-    let mut rows: Vec<Row> = Vec::new();
     let modes: Vec<Mode> = match args.mode.as_str() {
         "all" => vec![Mode::Direct, Mode::Buffered, Mode::Uncached],
         m => vec![m.parse().map_err(anyhow::Error::msg)?],
     };
-    let mut cases = cases(size, args.quick, &config, &modes);
+    let mut cases = suite::cases(size, args.quick, &config, &modes);
     if profile.is_some() {
         // Spend the throttle's start-up burst before each cold run.
         for c in cases.iter_mut().filter(|c| c.workload.cold) {
             c.workload.drain = 64 << 20;
         }
     }
-    for rep in 0..reps {
-        for case in &cases {
-            // Rotate the engines' order each repetition, so that none always
-            // runs first (the virtual disk here is faster on data the host
-            // read recently).
-            let mut order: Vec<&Engine> = case.engines.iter().collect();
-            let n = order.len();
-            order.rotate_left(rep % n);
-            for engine in order {
-                let is_ahead = matches!(engine, Engine::Ahead { .. });
-                let baseline = rss_now().filter(|_| is_ahead && reset_peak_rss());
-                let m = workload::run(&path, engine, &case.workload).map_err(anyhow::Error::msg)?;
-                let rss = baseline.and_then(|b| Some(peak_rss()?.saturating_sub(b)));
-                // Only the engines meant to read with O_DIRECT can be
-                // refused it (the kernel modes read through the cache).
-                let wants_direct = matches!(
-                    engine,
-                    Engine::KernelDirect
-                        | Engine::DeviceLimit
-                        | Engine::Ahead {
-                            mode: ahead::Mode::Direct,
-                            ..
-                        }
-                );
-                if rep == 0 && !m.direct && wants_direct {
-                    eprintln!(
-                        "ahead: warning: {}: O_DIRECT refused; {} read through the kernel cache",
-                        path.display(),
-                        engine.name()
-                    );
-                }
-                eprintln!(
-                    "  rep {}/{reps} {:<16} {:<16} {:>9.1} MB/s",
-                    rep + 1,
-                    case.name,
-                    engine.name(),
-                    m.mb_s()
-                );
-                match rows
-                    .iter_mut()
-                    .find(|r| r.pattern == case.name && r.engine == engine.name())
-                {
-                    Some(r) => {
-                        r.runs.push(m);
-                        r.peak_rss = r.peak_rss.max(rss);
-                    }
-                    None => rows.push(Row {
-                        pattern: case.name,
-                        engine: engine.name(),
-                        bs: case.workload.bs,
-                        runs: vec![m],
-                        peak_rss: rss,
-                        oracle_mb_s: profile
-                            .filter(|_| case.workload.cold)
-                            .map(|p| p.oracle(&case.workload.pattern, case.workload.bs) / 1e6),
-                    }),
-                }
-            }
-        }
-    }
-    print!("{}", table(&rows));
+    let rows = ahead_bench::suite::run_cases(&path, &cases, reps, profile, |l| eprintln!("{l}"))
+        .map_err(anyhow::Error::msg)?;
+    print!("{}", suite::table(&rows));
     println!(
         "file {} ({}), {reps} repetition(s), medians; device: {}; {:.0} s in all",
         path.display(),
@@ -383,7 +165,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // without what earlier runs of the harness left in the heap. The
     // process's own lifetime peak is printed beside it.
     let per_run = rows.iter().filter_map(|r| r.peak_rss).max();
-    let process = peak_rss();
+    let process = suite::peak_rss();
     let allowance = config.cache_bytes + (64 << 20);
     match per_run {
         Some(p) => println!(
@@ -410,7 +192,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Vec::new()
     };
     if let Some(j) = &args.json {
-        let mut v: Vec<serde_json::Value> = rows.iter().map(row_json).collect();
+        let mut v: Vec<serde_json::Value> = rows.iter().map(suite::row_json).collect();
         v.extend(mix_rows.iter().map(crate::bench_mix::MixRow::json));
         v.push(serde_json::json!({
             "pattern": "peak-rss",
@@ -426,7 +208,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .with_context(|| format!("write {}", j.display()))?;
     }
     if let Some(p) = &args.plot {
-        std::fs::write(p, plot(&rows)).with_context(|| format!("write {}", p.display()))?;
+        std::fs::write(p, suite::plot(&rows)).with_context(|| format!("write {}", p.display()))?;
     }
     Ok(())
 }
@@ -447,161 +229,5 @@ pub(crate) fn default_dir() -> Result<PathBuf> {
     bail!(
         "neither {} nor the current directory supports O_DIRECT; pass --dir or --file",
         tmp.display()
-    )
-}
-
-fn find<'a>(rows: &'a [Row], pattern: &str, engine: &str) -> Option<&'a Row> {
-    rows.iter()
-        .find(|r| r.pattern == pattern && r.engine == engine)
-}
-
-fn table(rows: &[Row]) -> String {
-    let mut t = Table::new(&[
-        "pattern",
-        "engine",
-        "bs",
-        "MB/s",
-        "p50 µs",
-        "p99 µs",
-        "÷ kernel",
-        "÷ device",
-        "÷ oracle",
-        "CPU s/GiB",
-        "dev/req",
-    ]);
-    let us = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
-    for r in rows {
-        let ratio = |other: Option<&Row>| {
-            other
-                .filter(|o| !std::ptr::eq(*o, r) && o.mb_s() > 0.0)
-                .map_or(String::new(), |o| format!("{:.2}", r.mb_s() / o.mb_s()))
-        };
-        let is_ahead = r.engine.starts_with("ahead");
-        let dev = if is_ahead {
-            ratio(find(rows, r.pattern, "device-limit"))
-        } else {
-            String::new()
-        };
-        let k = if is_ahead {
-            ratio(find(rows, r.pattern, "kernel"))
-        } else {
-            String::new()
-        };
-        let amp = r
-            .runs
-            .last()
-            .filter(|m| m.stats.is_some() && !r.pattern.starts_with("cached"))
-            // The kernel modes read through the kernel's cache: ahead does
-            // not see their device bytes.
-            .and_then(|m| m.stats.filter(|s| s.device_reads > 0))
-            .and_then(|s| r.runs.last().map(|m| (s.device_bytes, m.bytes)))
-            .filter(|&(_, b)| b > 0)
-            .map_or(String::new(), |(d, b)| {
-                format!("{:.2}", d as f64 / b as f64)
-            });
-        t.row(vec![
-            r.pattern.into(),
-            r.engine.into(),
-            format_size(r.bs),
-            format!("{:.1}", r.mb_s()),
-            us(r.median(|m| m.p50_us)),
-            us(r.median(|m| m.p99_us)),
-            k,
-            dev,
-            match r.oracle_mb_s {
-                Some(o) if is_ahead && o > 0.0 => format!("{:.2}", r.mb_s() / o),
-                _ => String::new(),
-            },
-            r.cpu_per_gib().map_or(String::new(), |c| format!("{c:.2}")),
-            amp,
-        ]);
-    }
-    t.render()
-}
-
-/// Resets the process's peak resident set to its current one (writing 5 to
-/// /proc/self/clear_refs, Linux 4.0); false where that is not allowed.
-fn reset_peak_rss() -> bool {
-    std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
-
-/// A line of /proc/self/status in bytes (`VmHWM`: peak resident set,
-/// `VmRSS`: the current one).
-fn status_kb(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb << 10)
-}
-
-fn peak_rss() -> Option<u64> {
-    status_kb("VmHWM:")
-}
-
-fn rss_now() -> Option<u64> {
-    status_kb("VmRSS:")
-}
-
-fn row_json(r: &Row) -> serde_json::Value {
-    let mut o = serde_json::json!({
-        "pattern": r.pattern,
-        "engine": r.engine,
-        "bs": r.bs,
-        "mb_s": r.mb_s(),
-        "reps": r.runs.len(),
-    });
-    if let Some(v) = r.median(|m| m.p50_us) {
-        o["p50_us"] = v.into();
-    }
-    if let Some(v) = r.median(|m| m.p99_us) {
-        o["p99_us"] = v.into();
-    }
-    if let Some(v) = r.median(|m| m.cpu_s) {
-        o["cpu_s"] = v.into();
-    }
-    if let Some(v) = r.oracle_mb_s {
-        o["oracle_mb_s"] = v.into();
-    }
-    if let Some(m) = r.runs.last() {
-        o["bytes"] = m.bytes.into();
-        if let Some(p) = r.peak_rss {
-            o["peak_rss_bytes"] = p.into();
-        }
-        if let Some(s) = &m.stats {
-            o["device_bytes"] = s.device_bytes.into();
-            o["avg_io_bytes"] = s.avg_io_bytes().into();
-            o["readahead_wasted"] = s.readahead_wasted.into();
-            o["late"] = s.late.into();
-        }
-    }
-    o
-}
-
-fn plot(rows: &[Row]) -> String {
-    let mut patterns: Vec<&str> = Vec::new();
-    let mut engines: BTreeMap<&str, ()> = BTreeMap::new();
-    for r in rows {
-        if !patterns.contains(&r.pattern) {
-            patterns.push(r.pattern);
-        }
-        engines.insert(r.engine, ());
-    }
-    let series: Vec<String> = engines.keys().map(|s| s.to_string()).collect();
-    let values: Vec<Vec<f64>> = series
-        .iter()
-        .map(|e| {
-            patterns
-                .iter()
-                .map(|p| find(rows, p, e).map_or(0.0, |r| r.mb_s()))
-                .collect()
-        })
-        .collect();
-    let cats: Vec<String> = patterns.iter().map(|s| s.to_string()).collect();
-    bar_chart(
-        "ahead bench: kernel vs ahead (cold, medians)",
-        "MB/s",
-        &cats,
-        &series,
-        &values,
     )
 }
