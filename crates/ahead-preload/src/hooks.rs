@@ -47,16 +47,6 @@ pub(crate) enum Pos {
     Current,
 }
 
-/// Total length of an iovec array (0 when it cannot be read).
-fn iov_len(iov: *const iovec, cnt: c_int) -> u64 {
-    if iov.is_null() || cnt <= 0 || cnt > 1024 {
-        return 0;
-    }
-    // SAFETY: the program passes `cnt` iovecs; the kernel will read them too.
-    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    v.iter().map(|i| i.iov_len as u64).sum()
-}
-
 /// The slot and generation of a call the library acts on: from a thread
 /// that may act, on a regular file, at a valid offset (a negative one is
 /// the kernel's to refuse, and -1 would mean "the file position" to
@@ -73,7 +63,7 @@ fn acts_on(fd: c_int, pos: Pos) -> Option<(&'static crate::Slot, u32)> {
 fn around_read(
     fd: c_int,
     pos: Pos,
-    iov: &[iovec],
+    bufs: Bufs,
     flags: c_int,
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
@@ -82,6 +72,10 @@ fn around_read(
         return call();
     }
     let Some((slot, gen)) = acts_on(fd, pos) else {
+        return call();
+    };
+    let mut store = [EMPTY_IOV; MAX_IOV];
+    let Some(iov) = bufs.read_into(&mut store) else {
         return call();
     };
     let len: u64 = iov.iter().map(|i| i.iov_len as u64).sum();
@@ -117,7 +111,7 @@ fn around_read(
 fn around_write(
     fd: c_int,
     pos: Pos,
-    iov: &[iovec],
+    bufs: Bufs,
     flags: c_int,
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
@@ -127,22 +121,94 @@ fn around_write(
     let Some((slot, gen)) = acts_on(fd, pos) else {
         return call();
     };
+    let mut store = [EMPTY_IOV; MAX_IOV];
+    let Some(iov) = bufs.read_into(&mut store) else {
+        return call();
+    };
     uncached::write(fd, slot, gen, pos, iov, flags, call)
 }
 
-fn one(buf: *const c_void, n: size_t) -> [iovec; 1] {
-    [iovec {
-        iov_base: buf as *mut c_void,
-        iov_len: n,
-    }]
+/// Most buffers of a vectored call the library acts on; a call with more
+/// is passed on untouched.
+const MAX_IOV: usize = 64;
+const EMPTY_IOV: iovec = iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+
+/// A call's buffers, as the program passed them.
+#[derive(Clone, Copy)]
+pub(crate) enum Bufs {
+    One(*const c_void, size_t),
+    Many(*const iovec, c_int),
 }
 
-fn iovs<'a>(iov: *const iovec, cnt: c_int) -> &'a [iovec] {
-    if iov.is_null() || cnt <= 0 || cnt > 1024 || iov_len(iov, cnt) > isize::MAX as u64 {
-        return &[];
+fn one(buf: *const c_void, n: size_t) -> Bufs {
+    Bufs::One(buf, n)
+}
+
+fn iovs(iov: *const iovec, cnt: c_int) -> Bufs {
+    Bufs::Many(iov, cnt)
+}
+
+impl Bufs {
+    /// The buffers as iovecs in `store`. A vector is copied out of the
+    /// program's memory with `process_vm_readv`, which fails where the
+    /// memory is not readable instead of faulting: the call is then passed
+    /// on, and the kernel answers EFAULT as it would have. None also for
+    /// more than [`MAX_IOV`] buffers.
+    fn read_into(self, store: &mut [iovec; MAX_IOV]) -> Option<&[iovec]> {
+        match self {
+            Bufs::One(p, n) => {
+                store[0] = iovec {
+                    iov_base: p as *mut c_void,
+                    iov_len: n,
+                };
+                Some(&store[..1])
+            }
+            Bufs::Many(p, cnt) => {
+                let n = usize::try_from(cnt).ok().filter(|&n| n <= MAX_IOV)?;
+                if n == 0 {
+                    return Some(&store[..0]);
+                }
+                let bytes = n * std::mem::size_of::<iovec>();
+                copy_from_program(p as *const c_void, store.as_mut_ptr() as *mut c_void, bytes)
+                    .then_some(&store[..n])
+            }
+        }
     }
-    // SAFETY: as in iov_len.
-    unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
+}
+
+/// Copies `bytes` from the program's memory at `from` into `to`, without
+/// faulting on memory that is not readable (false then).
+pub(crate) fn copy_from_program(from: *const c_void, to: *mut c_void, bytes: usize) -> bool {
+    let local = iovec {
+        iov_base: to,
+        iov_len: bytes,
+    };
+    let remote = iovec {
+        iov_base: from as *mut c_void,
+        iov_len: bytes,
+    };
+    // SAFETY: `to` holds `bytes`; the kernel checks `from`.
+    let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    r == bytes as ssize_t
+}
+
+/// Copies `bytes` from `from` into the program's memory at `to`, without
+/// faulting on memory that is not writable (false then).
+pub(crate) fn copy_to_program(from: *const c_void, to: *mut c_void, bytes: usize) -> bool {
+    let local = iovec {
+        iov_base: from as *mut c_void,
+        iov_len: bytes,
+    };
+    let remote = iovec {
+        iov_base: to,
+        iov_len: bytes,
+    };
+    // SAFETY: `from` holds `bytes`; the kernel checks `to`.
+    let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    r == bytes as ssize_t
 }
 
 // ---- reads and writes ----
@@ -177,14 +243,14 @@ macro_rules! chk_hook {
             if $n > $buflen {
                 return f();
             }
-            around_read($fd, $pos, &one($buf, $n), 0, f)
+            around_read($fd, $pos, one($buf, $n), 0, f)
         }
     };
 }
 
-io_hook!(around_read, read(fd: c_int, buf: *mut c_void, n: size_t), Pos::Current, &one(buf, n), 0);
-io_hook!(around_read, pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t), Pos::At(off), &one(buf, n), 0);
-io_hook!(around_read, pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t), Pos::At(off), &one(buf, n), 0);
+io_hook!(around_read, read(fd: c_int, buf: *mut c_void, n: size_t), Pos::Current, one(buf, n), 0);
+io_hook!(around_read, pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t), Pos::At(off), one(buf, n), 0);
+io_hook!(around_read, pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t), Pos::At(off), one(buf, n), 0);
 io_hook!(around_read, readv(fd: c_int, iov: *const iovec, cnt: c_int), Pos::Current, iovs(iov, cnt), 0);
 io_hook!(around_read, preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t), Pos::At(off), iovs(iov, cnt), 0);
 io_hook!(around_read, preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t), Pos::At(off), iovs(iov, cnt), 0);
@@ -254,9 +320,9 @@ pub unsafe extern "C" fn preadv64v2(
 }
 
 // Writes: acted on in uncached mode only.
-io_hook!(around_write, write(fd: c_int, buf: *const c_void, n: size_t), Pos::Current, &one(buf, n), 0);
-io_hook!(around_write, pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t), Pos::At(off), &one(buf, n), 0);
-io_hook!(around_write, pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t), Pos::At(off), &one(buf, n), 0);
+io_hook!(around_write, write(fd: c_int, buf: *const c_void, n: size_t), Pos::Current, one(buf, n), 0);
+io_hook!(around_write, pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t), Pos::At(off), one(buf, n), 0);
+io_hook!(around_write, pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t), Pos::At(off), one(buf, n), 0);
 io_hook!(around_write, writev(fd: c_int, iov: *const iovec, cnt: c_int), Pos::Current, iovs(iov, cnt), 0);
 io_hook!(around_write, pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t), Pos::At(off), iovs(iov, cnt), 0);
 io_hook!(around_write, pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t), Pos::At(off), iovs(iov, cnt), 0);

@@ -617,13 +617,20 @@ pub(crate) fn copy_file_range(
     if buf == libc::MAP_FAILED {
         return _original();
     }
-    // SAFETY: pointers the program passed (null or valid, as the kernel
-    // requires of them).
-    let (mut pin, mut pout) = unsafe {
-        (
-            (!off_in.is_null()).then(|| *off_in),
-            (!off_out.is_null()).then(|| *off_out),
-        )
+    // The offsets, read without faulting where the program's pointers are
+    // bad (the kernel then answers EFAULT to the call itself).
+    let read_off = |p: *mut off64_t| -> Option<Option<i64>> {
+        if p.is_null() {
+            return Some(None);
+        }
+        let mut v: i64 = 0;
+        crate::hooks::copy_from_program(p as *const c_void, &mut v as *mut i64 as *mut c_void, 8)
+            .then_some(Some(v))
+    };
+    let (Some(mut pin), Some(mut pout)) = (read_off(off_in), read_off(off_out)) else {
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(buf, BUF) };
+        return _original();
     };
     let mut done: u64 = 0;
     let mut result: ssize_t = 0;
@@ -692,14 +699,11 @@ pub(crate) fn copy_file_range(
         }
     }
     let e = crate::errno();
-    // SAFETY: the mapping made above; the program's offset pointers.
-    unsafe {
-        libc::munmap(buf, BUF);
-        if let Some(o) = pin {
-            *off_in = o;
-        }
-        if let Some(o) = pout {
-            *off_out = o;
+    // SAFETY: the mapping made above.
+    unsafe { libc::munmap(buf, BUF) };
+    for (p, v) in [(off_in, pin), (off_out, pout)] {
+        if let Some(v) = v {
+            crate::hooks::copy_to_program(&v as *const i64 as *const c_void, p as *mut c_void, 8);
         }
     }
     crate::set_errno(e);

@@ -123,6 +123,21 @@ app = os.open(dst, os.O_WRONLY | os.O_APPEND)
 say("append", lambda: os.write(app, b"tail"))
 say("append pos", lambda: os.lseek(app, 0, os.SEEK_CUR))
 say("copy_file_range to O_APPEND", lambda: os.copy_file_range(fd, app, 100))
+# Bad pointers, through the C library as a C program would pass them:
+# the kernel answers EFAULT, and so must every hook.
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.copy_file_range.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+libc.readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.preadv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_long]
+def cerr(r):
+    e = ctypes.get_errno()
+    return "%d %s" % (r, errno.errorcode.get(e, e) if r < 0 else "")
+say("readv of a bad iovec pointer", lambda: cerr(libc.readv(fd, 16, 1)))
+say("preadv of a bad iovec pointer", lambda: cerr(libc.preadv(fd, 16, 2, 0)))
+wr = os.open(dst, os.O_WRONLY)
+say("copy_file_range, bad offset pointer", lambda: cerr(libc.copy_file_range(fd, 16, wr, None, 100, 0)))
+os.close(wr)
 os.close(app)
 os.close(fd)
 say("read closed", lambda: os.read(fd, 10))
