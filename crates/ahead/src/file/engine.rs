@@ -11,7 +11,7 @@ use rustix::fs::OFlags;
 use std::time::Duration;
 
 use super::kernel::{start_hinter, Hint, KernelFile, Mode};
-use super::{File, FileInner, Stamp};
+use super::{File, FileInner, Served, Stamp};
 use crate::cache::{EvictionKind, PageCache, Stats};
 use crate::io::{Backend, BackendKind};
 use crate::ra::{self, PolicyKind, RaConfig};
@@ -209,6 +209,10 @@ impl Shared {
 
 pub(super) struct Shared {
     pub(super) config: EngineConfig,
+    /// Requests and bytes served, over every Direct file: counted outside
+    /// the cache's lock (a cached read otherwise took it once more just
+    /// to count itself).
+    pub(super) served: Served,
     pub(super) cache: PageCache,
     pub(super) backend: Arc<dyn Backend>,
     /// The next file's id: 64 bits never wrap (2^64 opens), so a live
@@ -265,6 +269,7 @@ impl Engine {
                 max_io_pages,
                 hinter: OnceLock::new(),
                 buffered_backend: OnceLock::new(),
+                served: Served::default(),
                 config,
             }),
         })
@@ -332,7 +337,9 @@ impl Engine {
 
     /// Counters summed over every file.
     pub fn stats(&self) -> Stats {
-        self.shared.cache.lock().totals
+        let mut s = self.shared.cache.lock().totals;
+        self.shared.served.add_to(&mut s);
+        s
     }
 
     /// Opens `path` in Direct mode: O_DIRECT through the engine's cache
@@ -438,6 +445,7 @@ impl Engine {
         };
         Ok(File {
             inner: Arc::new(FileInner {
+                served: Served::default(),
                 engine: self.shared.clone(),
                 id,
                 path: path.into(),

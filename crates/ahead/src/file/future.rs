@@ -74,10 +74,7 @@ fn poll_read(
     let demand = st.demand.take();
     let r = file.read_piece(&mut buf[..len], offset, Issue::Inline, demand);
     if let Ok(n) = r {
-        cache.lock().count(file.inner.id, |s| {
-            s.requests += 1;
-            s.bytes += n as u64;
-        });
+        file.served(n as u64);
     }
     Poll::Ready(r)
 }

@@ -103,7 +103,31 @@ pub enum Advice {
     WillNeed,
 }
 
+/// Requests and bytes served, counted with atomics.
+#[derive(Default)]
+pub(super) struct Served {
+    requests: std::sync::atomic::AtomicU64,
+    bytes: std::sync::atomic::AtomicU64,
+}
+
+impl Served {
+    fn add(&self, bytes: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.requests.fetch_add(1, Relaxed);
+        self.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    pub(super) fn add_to(&self, s: &mut Stats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        s.requests += self.requests.load(Relaxed);
+        s.bytes += self.bytes.load(Relaxed);
+    }
+}
+
 struct FileInner {
+    /// This file's requests and bytes (Direct mode), outside the cache's
+    /// lock.
+    served: Served,
     engine: Arc<Shared>,
     id: cache::FileId,
     path: PathBuf,
@@ -230,8 +254,19 @@ impl File {
     pub fn stats(&self) -> Stats {
         match &self.inner.kernel {
             Some(k) => k.stats(),
-            None => self.inner.engine.cache.lock().file(self.inner.id).stats,
+            None => {
+                let mut s = self.inner.engine.cache.lock().file(self.inner.id).stats;
+                self.inner.served.add_to(&mut s);
+                s
+            }
         }
+    }
+
+    /// Counts one request that returned `bytes` (the file's and the
+    /// engine's counters: atomics, no lock).
+    fn served(&self, bytes: u64) {
+        self.inner.served.add(bytes);
+        self.inner.engine.served.add(bytes);
     }
 
     /// A stream over the file with its own position.
@@ -574,11 +609,7 @@ impl File {
                 break;
             }
         }
-        let mut g = self.inner.engine.cache.lock();
-        g.count(self.inner.id, |s| {
-            s.requests += 1;
-            s.bytes += done as u64;
-        });
+        self.served(done as u64);
         Ok(done)
     }
 
@@ -629,10 +660,7 @@ impl File {
                 if first == len && len < buf.len() {
                     n += self.read_at(&mut buf[len..], *offset + len as u64)?;
                 } else {
-                    self.inner.engine.cache.lock().count(self.inner.id, |s| {
-                        s.requests += 1;
-                        s.bytes += n as u64;
-                    });
+                    self.served(n as u64);
                 }
                 Ok(n)
             })
@@ -710,12 +738,7 @@ impl File {
             self.inner.engine.cache.unpin(&empty);
         }
         lent.len = done as usize;
-        let mut g = self.inner.engine.cache.lock();
-        g.count(self.inner.id, |s| {
-            s.requests += 1;
-            s.bytes += done;
-        });
-        drop(g);
+        self.served(done);
         Ok(lent)
     }
 
