@@ -58,8 +58,11 @@ fn acts_on(fd: c_int, pos: Pos) -> Option<(&'static crate::Slot, u32)> {
     regular(fd)
 }
 
-/// The common path of every read: `call` is the original call, `iov` the
-/// buffers it reads into (for the uncached mode's own read).
+/// The common path of every read: `call` is the original call, `bufs`
+/// the buffers it reads into. Only the uncached mode, which makes the read
+/// itself, needs the buffers; the other modes need a length, which a plain
+/// read gives and a vectored one is noted by after the call (what it
+/// returned), so that its iovecs are never copied on this path.
 fn around_read(
     fd: c_int,
     pos: Pos,
@@ -74,38 +77,33 @@ fn around_read(
     let Some((slot, gen)) = acts_on(fd, pos) else {
         return call();
     };
-    let mut store = [EMPTY_IOV; MAX_IOV];
-    let Some(iov) = bufs.read_into(&mut store) else {
+    if m == Mode::Uncached {
+        return with_iov(bufs, call, |iov, call| {
+            uncached::read(fd, slot, gen, pos, iov, flags, call)
+        });
+    }
+    let e = crate::errno();
+    let offset = match pos {
+        Pos::At(o) => Some(o as u64),
+        Pos::Current => helper::position(fd),
+    };
+    crate::set_errno(e);
+    let Some(offset) = offset else {
         return call();
     };
-    let len: u64 = iov.iter().map(|i| i.iov_len as u64).sum();
-    match m {
-        Mode::Readahead | Mode::Trace => {
-            let e = crate::errno();
-            let offset = match pos {
-                Pos::At(o) => Some(o as u64),
-                Pos::Current => helper::position(fd),
-            };
-            crate::set_errno(e);
-            let Some(offset) = offset else {
-                return call();
-            };
-            if m == Mode::Readahead {
-                helper::note(Kind::Read, fd, gen, offset, len);
-                call()
-            } else {
-                let r = call();
-                if r > 0 {
-                    let e = crate::errno();
-                    helper::note(Kind::Read, fd, gen, offset, r as u64);
-                    crate::set_errno(e);
-                }
-                r
-            }
-        }
-        Mode::Uncached => uncached::read(fd, slot, gen, pos, iov, flags, call),
-        Mode::Off => call(),
+    // Readahead mode notes a plain read before it, so that hints are on
+    // their way while it runs; a trace records what came back.
+    if let (Mode::Readahead, Bufs::One(_, n)) = (m, bufs) {
+        helper::note(Kind::Read, fd, gen, offset, n as u64);
+        return call();
     }
+    let r = call();
+    if r > 0 {
+        let e = crate::errno();
+        helper::note(Kind::Read, fd, gen, offset, r as u64);
+        crate::set_errno(e);
+    }
+    r
 }
 
 fn around_write(
@@ -121,11 +119,23 @@ fn around_write(
     let Some((slot, gen)) = acts_on(fd, pos) else {
         return call();
     };
+    with_iov(bufs, call, |iov, call| {
+        uncached::write(fd, slot, gen, pos, iov, flags, call)
+    })
+}
+
+/// Runs `f` with the call's buffers as iovecs, or makes the call as it is
+/// where they cannot be had ([`Bufs::read_into`]).
+fn with_iov<C: FnOnce() -> ssize_t>(
+    bufs: Bufs,
+    call: C,
+    f: impl FnOnce(&[iovec], C) -> ssize_t,
+) -> ssize_t {
     let mut store = [EMPTY_IOV; MAX_IOV];
-    let Some(iov) = bufs.read_into(&mut store) else {
-        return call();
-    };
-    uncached::write(fd, slot, gen, pos, iov, flags, call)
+    match bufs.read_into(&mut store) {
+        Some(iov) => f(iov, call),
+        None => call(),
+    }
 }
 
 /// Most buffers of a vectored call the library acts on; a call with more
