@@ -421,7 +421,7 @@ struct Open {
     size: u64,
     last_end: u64,
     hinter: Option<Hinter>,
-    hinted: HashMap<u64, ()>,
+    hinted: std::collections::HashSet<u64>,
     stats: FileStats,
 }
 
@@ -527,7 +527,7 @@ impl State {
                         ..FileStats::default()
                     },
                     hinter,
-                    hinted: HashMap::new(),
+                    hinted: std::collections::HashSet::new(),
                 },
             );
         }
@@ -549,7 +549,7 @@ impl State {
             let first = ev.offset / page;
             let end = (ev.offset + ev.len).div_ceil(page);
             for p in first..end {
-                if o.hinted.remove(&p).is_some() {
+                if o.hinted.remove(&p) {
                     o.stats.hinted_read += 1;
                 }
             }
@@ -593,7 +593,7 @@ impl State {
                 rustix::fs::fadvise(bfd, off, NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
             if o.hinted.len() < HINTED_SET_MAX {
                 for p in off / page..(off + len) / page {
-                    o.hinted.insert(p, ());
+                    o.hinted.insert(p);
                 }
             }
         }

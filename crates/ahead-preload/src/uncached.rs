@@ -115,7 +115,7 @@ fn with_dontcache(
     }
     if r > 0 {
         let e2 = crate::errno();
-        count(kind, fd, gen, pos, r);
+        count(kind, fd, gen, r);
         crate::set_errno(e2);
     }
     Some(r)
@@ -157,7 +157,7 @@ pub(crate) fn read(
         if r > 0 {
             let e = crate::errno();
             slot.snap.read(fd, gen, offset, r as u64);
-            count(Kind::Read, fd, gen, pos, r);
+            count(Kind::Read, fd, gen, r);
             crate::set_errno(e);
         }
         return r;
@@ -191,7 +191,7 @@ pub(crate) fn read(
                 libc::POSIX_FADV_DONTNEED,
             );
         }
-        count(Kind::Read, fd, gen, pos, r);
+        count(Kind::Read, fd, gen, r);
         crate::set_errno(e);
     }
     r
@@ -471,7 +471,7 @@ pub(crate) fn at_exit() {
     }
 }
 
-fn count(kind: Kind, fd: c_int, gen: u32, _pos: Pos, r: ssize_t) {
+fn count(kind: Kind, fd: c_int, gen: u32, r: ssize_t) {
     // The offset is not needed for the counters.
     helper::note(kind, fd, gen, 0, r as u64);
 }
@@ -555,7 +555,7 @@ pub(crate) fn write(
     let r = call();
     if r > 0 {
         let e = crate::errno();
-        count(Kind::Write, fd, gen, pos, r);
+        count(Kind::Write, fd, gen, r);
         let total = slot.unflushed.fetch_add(r as u64, Ordering::Relaxed) + r as u64;
         if total >= FLUSH_EVERY {
             slot.unflushed.store(0, Ordering::Relaxed);
