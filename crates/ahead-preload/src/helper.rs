@@ -322,11 +322,15 @@ fn helper_loop(rt: &'static Runtime) {
     loop {
         let mut any = false;
         if let Ok(mut st) = rt.state.lock() {
-            while let Some(n) = rt.names.pop() {
-                st.names.insert((n.fd, n.gen), n);
-            }
             while let Some(ev) = rt.queue.pop() {
                 any = true;
+                // A file's name is queued before its first event, so
+                // taking the names after the event has been popped
+                // always finds it (taking them once before the batch
+                // missed names pushed while the batch was drained).
+                while let Some(n) = rt.names.pop() {
+                    st.names.insert((n.fd, n.gen), n);
+                }
                 st.handle(ev, page, &mut runs);
             }
             st.flush_trace(&rt.config, false);
