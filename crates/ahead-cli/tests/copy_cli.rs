@@ -585,10 +585,13 @@ fn bench_copy_quick_measures_every_scenario() {
     };
     let a = find("half-cached", "ahead");
     assert_eq!(a["checksum_equal"], true);
-    assert_eq!(
-        a["src_cached_pages_before"], a["src_cached_pages_after"],
-        "{a}"
-    );
+    // Cache-neutral: nothing of the source comes in, and what was cached
+    // stays, less what the kernel's proactive reclaim takes of pages left
+    // untouched for ~3 s (MEASURING.md; a clean-clone CI run lost 5 of
+    // 2048 here). A copy that evicted the source would lose them all.
+    let before = a["src_cached_pages_before"].as_u64().unwrap();
+    let after = a["src_cached_pages_after"].as_u64().unwrap();
+    assert!(after <= before && after * 100 >= before * 99, "{a}");
     assert_eq!(a["dst_cached_pages_after"], 0);
     assert!(a["elapsed_s"].as_f64().unwrap() > 0.0);
     assert_eq!(find("half-cached", "cp+sync")["checksum_equal"], true);
