@@ -39,6 +39,11 @@ pub struct CopyBenchArgs {
     /// Write every measured row as a JSON array to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Cap the half-cached copies' reads (root): cloud (200 MiB/s, 5000
+    /// IOPS), small-cloud, fast (400 MiB/s, 20000 IOPS), BPS,IOPS, or none
+    /// (the disk as it is, the default). Writes are not capped.
+    #[arg(long, default_value = "none")]
+    device: String,
 }
 
 fn cached(path: &Path) -> Option<u64> {
@@ -162,6 +167,15 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
         eprintln!("nbdcopy not found (Debian: libnbd-bin): its row is skipped");
     }
     let pages = size.div_ceil(residency::page_size());
+    let profile = ahead_bench::device::Profile::parse(&args.device).map_err(anyhow::Error::msg)?;
+    // Every copy below is a child of this process, in its cgroup.
+    let throttle = match profile {
+        Some(p) => Some(
+            ahead_bench::device::throttle(p, &[src.as_path()])
+                .map_err(|e| anyhow::anyhow!("--device {}: {e}", p.name))?,
+        ),
+        None => None,
+    };
     for rep in 0..reps {
         let mut order = engines.clone();
         order.rotate_left(rep % engines.len());
@@ -187,6 +201,7 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
             );
             rows.push(json!({
                 "scenario": "half-cached",
+                "device": profile.map(|p| p.name),
                 "engine": engine,
                 "rep": rep,
                 "bytes": size,
@@ -201,6 +216,7 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
         }
     }
     let _ = fs::remove_file(&dst);
+    drop(throttle);
 
     // 2. Sparse source: three data extents in a large hole.
     {
@@ -257,9 +273,13 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
 
     print!("{}", table(&rows, &engines));
     println!(
-        "source {} ({} pages), sparse {} with three {} extents, {reps} repetition(s), medians; {:.0} s in all",
+        "source {} ({} pages), half-cached copies' reads capped: {}; sparse {} with three {} extents, {reps} repetition(s), medians; {:.0} s in all",
         format_size(size),
         pages,
+        profile.map_or_else(
+            || "no (the disk as it is)".to_string(),
+            |p| format!("{} ({} MiB/s, {} IOPS)", p.name, p.bps >> 20, p.iops)
+        ),
         format_size(sparse_size),
         format_size(extent),
         started.elapsed().as_secs_f64()

@@ -563,8 +563,22 @@ fn copy_to(
         } else {
             vec![(0, size)]
         };
-        let tasks = plan(size, chunk, &extents);
+        let mut tasks = plan(size, chunk, &extents);
         let cfr = opts.cache == CacheMode::Keep && !block_dst && src_meta.is_file();
+        if !cfr && src_meta.is_file() {
+            // A chunk needs the device unless all its data is cached
+            // (residency unseen: assume it does, and the order stays); a
+            // resumed chunk is read back from the destination.
+            tasks = interleave(tasks, |t| {
+                done_chunks.contains_key(&t.offset)
+                    || t.data.iter().any(|&(off, len)| {
+                        residency::of_range(src_file, off, len)
+                            .ok()
+                            .and_then(|s| s.known().map(|r| r.cached < r.pages))
+                            .unwrap_or(true)
+                    })
+            });
+        }
         report.method = if cfr { "copy_file_range" } else { "chunks" };
         let shared = Shared {
             tasks: &tasks,
@@ -704,6 +718,35 @@ fn copy_to(
 mod tests {
     use super::*;
     use std::fs;
+
+    #[test]
+    fn interleave_spreads_device_reads_and_keeps_each_kind_in_order() {
+        let tasks = |n: u64| plan(n * 4, 4, &[(0, n * 4)]);
+        let order = |t: &[Task]| t.iter().map(|t| t.offset / 4).collect::<Vec<_>>();
+        // First half cached: the two halves alternate.
+        let t = interleave(tasks(8), |t| t.offset >= 16);
+        assert_eq!(order(&t), vec![4, 0, 5, 1, 6, 2, 7, 3]);
+        // One read among four: it goes to the middle, not to an end.
+        let t = interleave(tasks(4), |t| t.offset == 0);
+        assert_eq!(order(&t), vec![1, 0, 2, 3]);
+        // One kind only: file order.
+        assert_eq!(order(&interleave(tasks(5), |_| true)), vec![0, 1, 2, 3, 4]);
+        assert_eq!(order(&interleave(tasks(5), |_| false)), vec![0, 1, 2, 3, 4]);
+        assert!(interleave(Vec::new(), |_| true).is_empty());
+        // Any split: every task once, each kind ascending.
+        for n in 1..40u64 {
+            for m in 1..n {
+                let t = interleave(tasks(n), |t| (t.offset / 4) % m == 0);
+                let mut seen = order(&t);
+                let reads: Vec<_> = seen.iter().copied().filter(|i| i % m == 0).collect();
+                let free: Vec<_> = seen.iter().copied().filter(|i| i % m != 0).collect();
+                assert!(reads.windows(2).all(|w| w[0] < w[1]));
+                assert!(free.windows(2).all(|w| w[0] < w[1]));
+                seen.sort_unstable();
+                assert_eq!(seen, (0..n).collect::<Vec<_>>());
+            }
+        }
+    }
 
     #[test]
     fn plan_splits_extents_at_chunk_boundaries() {
