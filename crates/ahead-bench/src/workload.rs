@@ -176,6 +176,8 @@ pub struct Measurement {
     pub stats: Option<ahead::cache::Stats>,
     /// Whether reads bypassed the kernel cache as intended.
     pub direct: bool,
+    /// Device reads sent into registered buffers, for ahead runs.
+    pub fixed_reads: Option<u64>,
 }
 
 impl Measurement {
@@ -320,6 +322,7 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
                 file.stats()
             });
             m.direct = file.is_direct();
+            m.fixed_reads = Some(eng.fixed_reads());
             Ok(m)
         }
         Engine::DeviceLimit => {

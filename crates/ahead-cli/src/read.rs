@@ -29,6 +29,10 @@ pub struct EngineArgs {
     /// ahead's I/O backend: auto, uring or pool.
     #[arg(long, default_value = "auto")]
     pub backend: String,
+    /// Do not register ahead's cache with io_uring (fixed buffers): the
+    /// kernel then pins each read's pages, as before.
+    #[arg(long)]
+    pub no_registered_buffers: bool,
 }
 
 impl EngineArgs {
@@ -40,7 +44,8 @@ impl EngineArgs {
             .with_policy(policy)
             .with_backend(backend)
             .with_cache_bytes(parse_size(&self.cache).context("--cache")?)
-            .with_max_readahead(parse_size(&self.max_readahead).context("--max-readahead")?))
+            .with_max_readahead(parse_size(&self.max_readahead).context("--max-readahead")?)
+            .with_registered_buffers(!self.no_registered_buffers))
     }
 }
 
@@ -150,6 +155,9 @@ pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json
     });
     if let Some(c) = m.cpu_s {
         o["cpu_s"] = c.into();
+    }
+    if let Some(f) = m.fixed_reads {
+        o["fixed_reads"] = f.into();
     }
     if let Some(p) = m.p50_us {
         o["p50_us"] = p.into();

@@ -140,6 +140,7 @@ pub fn io_uring() -> (Found, Vec<(&'static str, bool)>) {
         ("readv", probe.is_supported(opcode::Readv::CODE)),
         ("read", probe.is_supported(opcode::Read::CODE)),
         ("read_fixed", probe.is_supported(opcode::ReadFixed::CODE)),
+        ("readv_fixed", probe.is_supported(opcode::ReadvFixed::CODE)),
         ("fadvise", probe.is_supported(opcode::Fadvise::CODE)),
         ("openat", probe.is_supported(opcode::OpenAt::CODE)),
         ("statx", probe.is_supported(opcode::Statx::CODE)),

@@ -67,6 +67,10 @@ pub struct EngineConfig {
     /// Fail to open files whose file system refuses O_DIRECT, instead of
     /// falling back to buffered reads.
     pub require_direct: bool,
+    /// Register the cache's memory with the backend where it can take it
+    /// (io_uring's fixed buffers), so the kernel does not pin the pages of
+    /// every read. On by default; off compares the two.
+    pub registered_buffers: bool,
 }
 
 impl EngineConfig {
@@ -115,6 +119,11 @@ impl EngineConfig {
         self.eviction = v;
         self
     }
+    /// Sets whether the cache's memory is registered with the backend.
+    pub fn with_registered_buffers(mut self, v: bool) -> EngineConfig {
+        self.registered_buffers = v;
+        self
+    }
     /// Sets whether files that refuse O_DIRECT are an error.
     pub fn with_require_direct(mut self, v: bool) -> EngineConfig {
         self.require_direct = v;
@@ -135,6 +144,7 @@ impl Default for EngineConfig {
             depth: DEFAULT_DEPTH,
             eviction: EvictionKind::Clock,
             require_direct: false,
+            registered_buffers: true,
         }
     }
 }
@@ -254,15 +264,19 @@ impl Engine {
         let max_io_pages = (config.max_io / page).clamp(1, 1024) as usize;
         // Demand reads keep one window's worth of frames for themselves.
         let reserve = max_ra_pages;
+        let cache = PageCache::new(
+            frames as usize,
+            page as usize,
+            reserve as usize,
+            config.eviction,
+        )
+        .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?;
+        if config.registered_buffers {
+            backend.attach(cache.arena());
+        }
         Ok(Engine {
             shared: Arc::new(Shared {
-                cache: PageCache::new(
-                    frames as usize,
-                    page as usize,
-                    reserve as usize,
-                    config.eviction,
-                )
-                .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?,
+                cache,
                 backend,
                 next_id: AtomicU64::new(0),
                 max_ra_pages,
@@ -333,6 +347,13 @@ impl Engine {
     /// The backend's name.
     pub fn backend_name(&self) -> &'static str {
         self.shared.backend.name()
+    }
+
+    /// Device reads sent into registered buffers (io_uring's fixed
+    /// buffers, see [`EngineConfig::registered_buffers`]); 0 where the
+    /// backend or the kernel has none.
+    pub fn fixed_reads(&self) -> u64 {
+        self.shared.backend.fixed_reads()
     }
 
     /// Counters summed over every file.

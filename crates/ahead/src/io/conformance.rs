@@ -127,6 +127,87 @@ fn reads_into_frames_fill_them_in_order() {
 }
 
 #[test]
+fn reads_into_a_registered_arena_fill_the_same_bytes() {
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let fd = file(dir.path(), "f", 32 << 20);
+    let ring = match uring::Uring::new(4) {
+        Ok(u) => Arc::new(u),
+        Err(e) => return eprintln!("SKIP registered buffers: io_uring unavailable here: {e}"),
+    };
+    // Two regions and a little more.
+    let frames = (2 * uring::REGION + 3 * 4096) / 4096;
+    let arena = Arena::new(frames, 4096).unwrap();
+    if !ring.attach(&arena) {
+        return eprintln!("SKIP registered buffers: the kernel refused a buffer table");
+    }
+    let other = Arena::new(8, 4096).unwrap();
+    assert!(!ring.attach(&other), "one arena per ring");
+    let r = uring::REGION as u32 / 4096;
+    let backend: Arc<dyn Backend> = ring.clone();
+    let read = via_backend(backend);
+    // (frames, whether the read can be a fixed one where READV_FIXED exists)
+    let cases: Vec<(Vec<u32>, &str)> = vec![
+        ((0..16).collect(), "contiguous: READ_FIXED"),
+        (vec![6, 1, 3, 0, 7], "scattered in one region: READV_FIXED"),
+        ((r - 2..r + 2).collect(), "across two regions: READV"),
+        ((2 * r..2 * r + 3).collect(), "the last, short region"),
+    ];
+    for (k, (list, what)) in cases.into_iter().enumerate() {
+        let offset = k as u64 * (1 << 20);
+        let len = list.len() * 4096;
+        let before = ring.fixed_reads();
+        let op = ReadOp {
+            fd: fd.clone(),
+            offset,
+            len,
+            buf: IoBuf::Frames(FrameBuf::new(arena.clone(), list)),
+            flags: 0,
+            known_miss: false,
+        };
+        let (op, res) = read(op);
+        assert_eq!(res.unwrap(), len, "{what}");
+        assert_eq!(
+            testdata::first_mismatch(&bytes(&op, len), offset),
+            None,
+            "{what}"
+        );
+        let fixed = ring.fixed_reads() - before;
+        match k {
+            0 | 3 => assert_eq!(fixed, 1, "{what}"),
+            2 => assert_eq!(fixed, 0, "{what}"),
+            _ => assert_eq!(fixed, u64::from(ring.readv_fixed()), "{what}"),
+        }
+    }
+    // Reaching the end: the continuation that finds it goes fixed too.
+    let before = ring.fixed_reads();
+    let op = ReadOp {
+        fd: fd.clone(),
+        offset: (32 << 20) - 4096,
+        len: 4 * 4096,
+        buf: IoBuf::Frames(FrameBuf::new(arena.clone(), (8..12).collect())),
+        flags: 0,
+        known_miss: false,
+    };
+    let (op, res) = read(op);
+    assert_eq!(res.unwrap(), 4096);
+    assert_eq!(
+        testdata::first_mismatch(&bytes(&op, 4096), (32 << 20) - 4096),
+        None
+    );
+    assert_eq!(
+        ring.fixed_reads() - before,
+        2,
+        "the read and its continuation"
+    );
+    // Owned buffers never go fixed.
+    let before = ring.fixed_reads();
+    let (op, res) = read(owned(&fd, 4096, 8192));
+    assert_eq!(res.unwrap(), 8192);
+    assert_eq!(testdata::first_mismatch(&bytes(&op, 8192), 4096), None);
+    assert_eq!(ring.fixed_reads(), before);
+}
+
+#[test]
 fn a_read_reaching_the_end_is_short_and_exact() {
     let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
     for size in [1u64, 4095, 4097, 10_000, 65_536 + 513] {

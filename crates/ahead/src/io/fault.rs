@@ -184,6 +184,14 @@ impl Backend for Fault {
         }
     }
 
+    fn attach(&self, arena: &std::sync::Arc<crate::io::Arena>) -> bool {
+        self.inner.attach(arena)
+    }
+
+    fn fixed_reads(&self) -> u64 {
+        self.inner.fixed_reads()
+    }
+
     fn read_now(&self, op: &mut ReadOp) -> std::io::Result<usize> {
         let fault = self.pick(op.offset, op.len, FaultPath::Inline);
         let result = self.inner.read_now(op);

@@ -64,6 +64,11 @@ impl FrameBuf {
     pub fn frames(&self) -> &[u32] {
         &self.frames
     }
+
+    /// The arena they belong to.
+    pub fn arena(&self) -> &Arc<Arena> {
+        &self.arena
+    }
 }
 
 impl IoBuf {
@@ -86,17 +91,27 @@ impl IoBuf {
             }],
             IoBuf::Frames(FrameBuf { arena, frames }) => {
                 let fs = arena.frame_size();
-                let mut v = Vec::with_capacity(frames.len());
+                let mut v: Vec<libc::iovec> = Vec::with_capacity(frames.len());
                 let mut at = skip;
                 while at < end {
                     let frame = frames[at / fs];
                     let within = at % fs;
                     let n = (fs - within).min(end - at);
-                    v.push(libc::iovec {
-                        // SAFETY: within < frame size, inside the frame.
-                        iov_base: unsafe { arena.frame_ptr(frame).add(within) }.cast(),
-                        iov_len: n,
-                    });
+                    // SAFETY: within < frame size, inside the frame.
+                    let base = unsafe { arena.frame_ptr(frame).add(within) };
+                    match v.last_mut() {
+                        // Frames next to each other in the arena: one iovec.
+                        Some(last)
+                            if (last.iov_base as usize).checked_add(last.iov_len)
+                                == Some(base as usize) =>
+                        {
+                            last.iov_len += n
+                        }
+                        _ => v.push(libc::iovec {
+                            iov_base: base.cast(),
+                            iov_len: n,
+                        }),
+                    }
                     at += n;
                 }
                 v
@@ -144,6 +159,16 @@ pub trait Backend: Send + Sync {
     /// has a reason to differ (the fault injector does).
     fn read_now(&self, op: &mut ReadOp) -> io::Result<usize> {
         read_blocking(op)
+    }
+    /// Offers the cache's arena for registered (fixed-buffer) reads of its
+    /// frames; whether the backend took it. The default declines.
+    fn attach(&self, _arena: &Arc<Arena>) -> bool {
+        false
+    }
+    /// Reads sent as fixed-buffer reads so far (0 for a backend without
+    /// them).
+    fn fixed_reads(&self) -> u64 {
+        0
     }
 }
 

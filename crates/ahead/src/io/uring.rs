@@ -8,15 +8,31 @@
 //! the end of the file, retries `EINTR`/`EAGAIN`, and runs the completion
 //! callbacks. At most `depth` reads are in flight; `submit` blocks beyond
 //! that, so the submission queue never overflows.
+//!
+//! **Registered buffers.** Given the cache's arena ([`Backend::attach`]),
+//! the ring registers it as fixed buffers, one region of [`REGION`] bytes
+//! at a time when a read first lands in it (a sparse table, Linux 5.13), so
+//! the arena stays lazy: memory is pinned, and so made resident, no sooner
+//! than a read uses it. A read whose frames lie in one registered region
+//! goes as `READ_FIXED` (one contiguous run) or `READV_FIXED` (Linux 6.15,
+//! probed), and the kernel no longer pins and unpins the user pages of
+//! every read. Anything else, or a kernel that refuses (no
+//! `IORING_REGISTER_BUFFERS2`, the locked-memory limit of a non-root
+//! caller), reads with `READV` as before.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use io_uring::{opcode, types, IoUring};
 
-use super::{continue_after, run_completion, Backend, Completion, ReadOp};
+use super::{continue_after, run_completion, Arena, Backend, Completion, IoBuf, ReadOp};
+
+/// Bytes of the arena registered at a time: two hundred 256 KiB reads'
+/// worth, small enough that pinning one region early costs little.
+pub const REGION: usize = 8 << 20;
 
 /// `user_data` of the no-op that tells the completion thread to stop.
 const STOP: u64 = u64::MAX;
@@ -38,6 +54,24 @@ struct InFlight {
     done: Completion,
     iov: IoVecs,
     progress: usize,
+    /// The entry in flight reads into a registered buffer.
+    fixed: bool,
+}
+
+/// The arena as fixed buffers: region `r` is buffer index `r`.
+struct Fixed {
+    /// Kept alive as long as the ring: its memory is registered.
+    arena: Arc<Arena>,
+    base: usize,
+    len: usize,
+    registered: Vec<AtomicBool>,
+    /// Serialises registrations.
+    registering: Mutex<()>,
+    /// A registration failed (the locked-memory limit, say): no more tries;
+    /// the regions registered so far are still used.
+    refused: AtomicBool,
+    /// `READV_FIXED` is supported (Linux 6.15).
+    vectored: bool,
 }
 
 struct Slots {
@@ -53,6 +87,10 @@ struct Shared {
     slots: Mutex<Slots>,
     space: Condvar,
     depth: usize,
+    /// Set once by `attach`.
+    fixed: OnceLock<Fixed>,
+    /// Entries pushed as fixed-buffer reads.
+    fixed_reads: AtomicU64,
 }
 
 /// An io_uring backend.
@@ -78,6 +116,8 @@ impl Uring {
             }),
             space: Condvar::new(),
             depth,
+            fixed: OnceLock::new(),
+            fixed_reads: AtomicU64::new(0),
         });
         let s = shared.clone();
         let reaper = std::thread::Builder::new()
@@ -90,14 +130,23 @@ impl Uring {
     }
 }
 
+impl Uring {
+    /// Whether reads of scattered frames go as `READV_FIXED` (an arena is
+    /// attached and the kernel has the opcode, Linux 6.15).
+    pub fn readv_fixed(&self) -> bool {
+        self.shared.fixed.get().is_some_and(|f| f.vectored)
+    }
+}
+
 impl Shared {
-    /// Pushes one read entry for slot `id` and enters the kernel.
+    /// Pushes one read entry for slot `id` and enters the kernel: into
+    /// registered buffer `fixed.0` (`READV_FIXED` if `fixed.1`), or `READV`.
     fn push_read(
         &self,
         id: u32,
         fd: i32,
-        iov: *const libc::iovec,
-        iovcnt: usize,
+        iov: &[libc::iovec],
+        fixed: Option<(u16, bool)>,
         offset: u64,
         (flags, known_miss): (i32, bool),
     ) {
@@ -106,13 +155,90 @@ impl Shared {
         } else {
             io_uring::squeue::Flags::empty()
         };
-        let entry = opcode::Readv::new(types::Fd(fd), iov, iovcnt as u32)
+        let entry = match fixed {
+            Some((index, false)) => opcode::ReadFixed::new(
+                types::Fd(fd),
+                iov[0].iov_base.cast(),
+                iov[0].iov_len as u32,
+                index,
+            )
             .offset(offset)
             .rw_flags(flags)
-            .build()
-            .flags(sqe_flags)
-            .user_data(id as u64);
-        self.push(entry);
+            .build(),
+            Some((index, true)) => {
+                opcode::ReadvFixed::new(types::Fd(fd), iov.as_ptr(), iov.len() as u32, index)
+                    .offset(offset)
+                    .rw_flags(flags)
+                    .build()
+            }
+            None => opcode::Readv::new(types::Fd(fd), iov.as_ptr(), iov.len() as u32)
+                .offset(offset)
+                .rw_flags(flags)
+                .build(),
+        };
+        if fixed.is_some() {
+            self.fixed_reads.fetch_add(1, Ordering::Relaxed);
+        }
+        self.push(entry.flags(sqe_flags).user_data(id as u64));
+    }
+
+    /// For `op`'s read of `iov`: the registered buffer it lies in,
+    /// registering its region first if need be, and whether it needs
+    /// `READV_FIXED` (more than one iovec). `None`: read it with `READV`
+    /// (not the attached arena's frames, or not in one region).
+    fn fixed_for(&self, op: &ReadOp, iov: &[libc::iovec]) -> Option<(u16, bool)> {
+        let fx = self.fixed.get()?;
+        match &op.buf {
+            IoBuf::Frames(f) if Arc::ptr_eq(f.arena(), &fx.arena) => {}
+            _ => return None,
+        }
+        let first = iov.first()?;
+        if iov.len() > 1 && !fx.vectored {
+            return None;
+        }
+        let start = (first.iov_base as usize).checked_sub(fx.base)?;
+        let region = start / REGION;
+        let (lo, hi) = (
+            fx.base + region * REGION,
+            fx.base + ((region + 1) * REGION).min(fx.len),
+        );
+        let inside = |v: &libc::iovec| {
+            let a = v.iov_base as usize;
+            a >= lo && a.checked_add(v.iov_len).is_some_and(|e| e <= hi)
+        };
+        if !iov.iter().all(inside) || region > u16::MAX as usize {
+            return None;
+        }
+        let flag = fx.registered.get(region)?;
+        if !flag.load(Ordering::Acquire) {
+            if fx.refused.load(Ordering::Relaxed) {
+                return None;
+            }
+            let _g = fx.registering.lock().unwrap_or_else(|p| p.into_inner());
+            if !flag.load(Ordering::Acquire) {
+                let buf = libc::iovec {
+                    iov_base: lo as *mut libc::c_void,
+                    iov_len: hi - lo,
+                };
+                // SAFETY: the region is inside the arena's mapping, which
+                // `fx.arena` keeps mapped for as long as the ring exists
+                // (the ring is dropped first, with `Shared`); the kernel
+                // pins its pages, and the cache writes a frame only through
+                // reads like this one.
+                match unsafe {
+                    self.ring
+                        .submitter()
+                        .register_buffers_update(region as u32, &[buf], None)
+                } {
+                    Ok(()) => flag.store(true, Ordering::Release),
+                    Err(_) => {
+                        fx.refused.store(true, Ordering::Relaxed);
+                        return None;
+                    }
+                }
+            }
+        }
+        Some((region as u16, iov.len() > 1))
     }
 
     fn push(&self, entry: io_uring::squeue::Entry) {
@@ -190,6 +316,19 @@ fn reap(shared: &Shared) {
                 if res < 0 {
                     if res == -libc::EINTR || res == -libc::EAGAIN {
                         Some(rec.progress)
+                    } else if rec.fixed
+                        && matches!(-res, libc::EINVAL | libc::EFAULT | libc::EOPNOTSUPP)
+                    {
+                        // A kernel that takes the registration but not the
+                        // read: registered buffers off, this one again as
+                        // READV (which reports a real EINVAL itself).
+                        if let Some(fx) = shared.fixed.get() {
+                            fx.refused.store(true, Ordering::Relaxed);
+                            fx.registered
+                                .iter()
+                                .for_each(|r| r.store(false, Ordering::Release));
+                        }
+                        Some(rec.progress)
                     } else {
                         None
                     }
@@ -201,18 +340,25 @@ fn reap(shared: &Shared) {
                 }
                 .map(|done| {
                     rec.iov = IoVecs(rec.op.buf.iovecs(done, rec.op.len - done));
+                    let fixed = shared.fixed_for(&rec.op, &rec.iov.0);
+                    rec.fixed = fixed.is_some();
                     (
                         rec.op.fd.as_raw_fd(),
                         rec.iov.0.as_ptr(),
                         rec.iov.0.len(),
+                        fixed,
                         rec.op.offset + done as u64,
                         (rec.op.flags, rec.op.known_miss),
                     )
                 })
             };
             match next {
-                Some((fd, iov, cnt, offset, flags)) => {
-                    shared.push_read(id, fd, iov, cnt, offset, flags)
+                Some((fd, iov, cnt, fixed, offset, flags)) => {
+                    // SAFETY: the iovecs belong to the slot's record, which
+                    // stays in the table (their heap buffer unmoved) until
+                    // this read's completion is reaped.
+                    let iov = unsafe { std::slice::from_raw_parts(iov, cnt) };
+                    shared.push_read(id, fd, iov, fixed, offset, flags);
                 }
                 None => {
                     let rec = shared.finish(id);
@@ -237,10 +383,50 @@ impl Backend for Uring {
         self.shared.depth
     }
 
+    fn attach(&self, arena: &Arc<Arena>) -> bool {
+        let sh = &self.shared;
+        if sh.fixed.get().is_some() {
+            return sh.fixed.get().is_some_and(|f| Arc::ptr_eq(&f.arena, arena));
+        }
+        let len = arena.frames() * arena.frame_size();
+        let regions = len.div_ceil(REGION);
+        // The kernel's limit on a table is 16384 buffers; a larger arena
+        // (over 128 GiB) is read without them.
+        if regions == 0 || regions > 1 << 14 {
+            return false;
+        }
+        if sh
+            .ring
+            .submitter()
+            .register_buffers_sparse(regions as u32)
+            .is_err()
+        {
+            return false;
+        }
+        let mut probe = io_uring::Probe::new();
+        let vectored = sh.ring.submitter().register_probe(&mut probe).is_ok()
+            && probe.is_supported(opcode::ReadvFixed::CODE);
+        let fixed = Fixed {
+            arena: arena.clone(),
+            base: arena.frame_ptr(0) as usize,
+            len,
+            registered: (0..regions).map(|_| AtomicBool::new(false)).collect(),
+            registering: Mutex::new(()),
+            refused: AtomicBool::new(false),
+            vectored,
+        };
+        sh.fixed.set(fixed).is_ok()
+    }
+
+    fn fixed_reads(&self) -> u64 {
+        self.shared.fixed_reads.load(Ordering::Relaxed)
+    }
+
     fn submit(&self, mut op: ReadOp, done: Completion) {
         let iov = IoVecs(op.buf.iovecs(0, op.len));
         let (fd, offset, flags) = (op.fd.as_raw_fd(), op.offset, (op.flags, op.known_miss));
         let (ptr, cnt) = (iov.0.as_ptr(), iov.0.len());
+        let fixed = self.shared.fixed_for(&op, &iov.0);
         let id = {
             let mut slots = self.shared.slots.lock().unwrap();
             while slots.in_flight >= self.shared.depth {
@@ -253,10 +439,14 @@ impl Backend for Uring {
                 done,
                 iov,
                 progress: 0,
+                fixed: fixed.is_some(),
             });
             id
         };
-        self.shared.push_read(id, fd, ptr, cnt, offset, flags);
+        // SAFETY: as in `reap`: the iovecs stay in the slot's record until
+        // the completion is reaped.
+        let iov = unsafe { std::slice::from_raw_parts(ptr, cnt) };
+        self.shared.push_read(id, fd, iov, fixed, offset, flags);
     }
 }
 
