@@ -379,7 +379,12 @@ impl PageCache {
 
     /// Drops pins taken by a reader.
     pub(crate) fn unpin(&self, frames: &[u32]) {
-        for &f in frames {
+        self.unpin_each(frames.iter().copied());
+    }
+
+    /// Drops pins taken by a reader, given as an iterator (no list made).
+    pub(crate) fn unpin_each(&self, frames: impl Iterator<Item = u32>) {
+        for f in frames {
             if self.pins.unpin(f) {
                 // The last pin of a frame whose page was dropped: free it.
                 self.lock().free.push(f);

@@ -475,6 +475,7 @@ impl Engine {
                 kernel,
                 policy: Mutex::new(ra::new_policy(policy_kind, ra)),
                 advice: Mutex::new(Vec::new()),
+                advised: std::sync::atomic::AtomicBool::new(false),
                 stamp: Mutex::new(stamp),
             }),
         })

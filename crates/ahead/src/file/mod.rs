@@ -138,6 +138,9 @@ struct FileInner {
     kernel: Option<kernel::KernelFile>,
     policy: Mutex<Box<dyn Policy>>,
     advice: Mutex<Vec<(u64, u64, Advice)>>,
+    /// Set by the first `advise` that records advice: until then a read
+    /// takes no lock to learn there is none.
+    advised: std::sync::atomic::AtomicBool,
     /// The file as it was when opened or last refreshed.
     stamp: Mutex<Stamp>,
 }
@@ -310,9 +313,19 @@ impl File {
         }
         let mut a = self.inner.advice.lock().unwrap_or_else(|p| p.into_inner());
         set_advice(&mut a, offset, len, advice);
+        self.inner
+            .advised
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     fn advice_at(&self, offset: u64) -> Advice {
+        if !self
+            .inner
+            .advised
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Advice::Normal;
+        }
         let a = self.inner.advice.lock().unwrap_or_else(|p| p.into_inner());
         advice_at(&a, offset)
     }
@@ -544,8 +557,7 @@ impl File {
                     }
                     let keep_pins = sink(&frames, done);
                     if !keep_pins {
-                        let ids: Vec<u32> = frames.iter().map(|&(f, _)| f).collect();
-                        shared.cache.unpin(&ids);
+                        shared.cache.unpin_each(frames.iter().map(|&(f, _)| f));
                     }
                     done += got;
                     index += frames.len() as u64;
