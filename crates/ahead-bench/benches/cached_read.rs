@@ -15,7 +15,10 @@
 //! the development machine it was 1.84× the one's, 1.43 µs against 0.78
 //! (two threads 0.54× as fast as one: every hit took the cache's global
 //! lock three times). With the request count moved to atomics (two locks
-//! per hit), 1.00 µs against 0.81: 0.80× as fast as one.
+//! per hit), 1.00 µs against 0.81: 0.80× as fast as one. Later runs
+//! (2026-11-23, six of them) are bimodal: one thread 0.69–0.76 µs, two
+//! either 0.60–0.65 µs (1.2× one thread) or 1.02–1.17 µs (0.7×); the cache
+//! lock and the file's policy lock are still taken on every hit.
 
 use std::os::unix::fs::FileExt;
 
