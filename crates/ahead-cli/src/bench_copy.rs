@@ -386,6 +386,11 @@ fn kill_and_resume(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+    // The rename may come within a millisecond of the exit: then DST is
+    // first seen now.
+    if first_seen_size.is_none() {
+        first_seen_size = fs::metadata(dst).ok().map(|m| m.len());
+    }
     let out = child.wait_with_output()?;
     let took = started.elapsed();
     if !out.status.success() {

@@ -24,6 +24,13 @@ pub(super) struct DstWriter<'a> {
     pub(super) dontcache: FlagProbe,
     pub(super) direct: Option<(File, usize)>,
     pub(super) direct_ok: AtomicBool,
+    /// A regular file written with O_DIRECT: its data is allocated before
+    /// the copy (see [`DstWriter::preallocate`]).
+    pub(super) preallocate: bool,
+    /// The allocation was made: runs of zeroes left unwritten are noted, to
+    /// be punched out once every write is done.
+    pub(super) preallocated: AtomicBool,
+    pub(super) zero_runs: std::sync::Mutex<Vec<(u64, u64)>>,
     pub(super) used: Used,
     /// The crate's own tests only: a write fault to inject.
     #[cfg(test)]
@@ -43,6 +50,9 @@ impl<'a> DstWriter<'a> {
             mode: opts.cache,
             dontcache: FlagProbe::new(opts.dontcache),
             direct_ok: AtomicBool::new(direct.is_some()),
+            preallocate: direct.is_some() && file.metadata().is_ok_and(|m| m.is_file()),
+            preallocated: AtomicBool::new(false),
+            zero_runs: std::sync::Mutex::new(Vec::new()),
             direct,
             used: Used::default(),
             #[cfg(test)]
@@ -139,6 +149,82 @@ impl<'a> DstWriter<'a> {
             self.drop_window(o, n)?;
         }
         Ok(())
+    }
+
+    /// Allocates the source's data `extents` in the destination before a
+    /// copy with O_DIRECT writes. ext4 runs an O_DIRECT write that
+    /// allocates blocks under the inode's lock held exclusively, so the
+    /// depth's writes into a new file go one at a time; writes into blocks
+    /// allocated (unwritten) beforehand take it shared and overlap (fio,
+    /// four 512 MiB O_DIRECT writers here: 0.76 s into a preallocated file
+    /// against 0.94–1.06 s). One call per extent, before any write: a
+    /// fallocate during the writes would wait for all of them. Holes of the
+    /// source stay holes; runs of zeroes inside its data, which the copy
+    /// does not write, are punched out afterwards
+    /// ([`DstWriter::punch_zero_runs`]). Best effort: a file system that
+    /// refuses leaves the writes to allocate as they go.
+    ///
+    /// Only where all of the extents fit in the file system's free space
+    /// twice over: a source whose data is mostly runs of zeroes (a disk
+    /// image) may fit where its extents would not, and an allocation that
+    /// failed half-way is given back.
+    pub(super) fn preallocate(&self, extents: &[(u64, u64)]) {
+        if !self.preallocate {
+            return;
+        }
+        use rustix::fs::FallocateFlags;
+        let total: u64 = extents.iter().map(|&(_, n)| n).sum();
+        let free = rustix::fs::fstatvfs(self.file)
+            .map(|v| v.f_bavail.saturating_mul(v.f_frsize))
+            .unwrap_or(0);
+        if total == 0 || total > free / 2 {
+            return;
+        }
+        for (k, &(off, len)) in extents.iter().enumerate() {
+            if rustix::fs::fallocate(self.file, FallocateFlags::KEEP_SIZE, off, len).is_err() {
+                let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+                for &(o, n) in &extents[..=k] {
+                    let _ = rustix::fs::fallocate(self.file, mode, o, n);
+                }
+                self.preallocated.store(false, Ordering::Relaxed);
+                return;
+            }
+            self.preallocated.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A run of zeroes left unwritten in a regular file.
+    pub(super) fn note_zero_run(&self, offset: u64, len: u64) {
+        if self.preallocated.load(Ordering::Relaxed) {
+            self.zero_runs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((offset, len));
+        }
+    }
+
+    /// Frees the blocks preallocated under runs of zeroes the copy did not
+    /// write, so the copy is as sparse as without preallocation (they read
+    /// as zeroes either way; a file system that cannot punch keeps them
+    /// allocated).
+    pub(super) fn punch_zero_runs(&self) {
+        use rustix::fs::FallocateFlags;
+        let mut runs =
+            std::mem::take(&mut *self.zero_runs.lock().unwrap_or_else(|p| p.into_inner()));
+        runs.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (off, len) in runs {
+            match merged.last_mut() {
+                Some((o, l)) if *o + *l == off => *l += len,
+                _ => merged.push((off, len)),
+            }
+        }
+        for (off, len) in merged {
+            let mode = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+            if rustix::fs::fallocate(self.file, mode, off, len).is_err() {
+                return;
+            }
+        }
     }
 
     pub(super) fn put(&self, file: &File, buf: &[u8], offset: u64, flags: i32) -> Result<()> {
@@ -309,6 +395,8 @@ pub(super) fn write_sparse(
             holes.fetch_add((j - i) as u64, Ordering::Relaxed);
             if block_dst {
                 writer.make_zero(Zeroing::Range, at, (j - i) as u64, zeroes, windows)?;
+            } else {
+                writer.note_zero_run(at, (j - i) as u64);
             }
         } else {
             writer.write_all_at(&buf[i..j], at, windows)?;

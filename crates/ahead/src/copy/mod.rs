@@ -597,6 +597,11 @@ fn copy_to(
             total: size,
         };
         let use_cfr = AtomicBool::new(cfr);
+        if !cfr && !block_dst && done_chunks.is_empty() {
+            // (Not on resume: the file holds finished chunks, which a
+            // preallocation that failed half-way would punch out.)
+            writer.preallocate(&extents);
+        }
         std::thread::scope(|s| {
             for _ in 0..opts.depth.max(1).min(tasks.len().max(1)) {
                 s.spawn(|| {
@@ -618,6 +623,7 @@ fn copy_to(
         if let Some(e) = shared.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             return Err(e);
         }
+        writer.punch_zero_runs();
         if !use_cfr.load(Ordering::Relaxed) && cfr {
             report.method = "chunks";
         }
