@@ -944,17 +944,22 @@ mod tests {
         t
     }
 
-    #[test]
-    fn a_random_miss_in_a_half_cached_region_reads_the_rest() {
+    /// Random single pages: every other page of region 128..256, in an
+    /// order no stream follows; the windows the policy decided.
+    fn every_other_page_at_random(capacity: u64) -> crate::ra::SparseTable {
         let mut p = Ahead::new(RaConfig::with_max_pages(128));
-        let mut t = dense_table(10_000, 100_000);
-        // Random single pages: every other page of region 128..256, in an
-        // order no stream follows.
+        let mut t = dense_table(10_000, capacity);
         let mut order: Vec<u64> = (128..256).step_by(2).collect();
         fastrand::Rng::with_seed(5).shuffle(&mut order);
         for &i in &order {
             crate::ra::drive(&mut p, &mut t, Request::new(i, 1));
         }
+        t
+    }
+
+    #[test]
+    fn a_random_miss_in_a_half_cached_region_reads_the_rest() {
+        let t = every_other_page_at_random(100_000);
         assert!(
             t.windows.iter().any(|w| w.start == 128 && w.size == 128),
             "no dense window: {:?}",
@@ -965,13 +970,7 @@ mod tests {
 
     #[test]
     fn a_file_larger_than_half_the_cache_keeps_random_reads_as_they_are() {
-        let mut p = Ahead::new(RaConfig::with_max_pages(128));
-        let mut t = dense_table(10_000, 10_000);
-        let mut order: Vec<u64> = (128..256).step_by(2).collect();
-        fastrand::Rng::with_seed(5).shuffle(&mut order);
-        for &i in &order {
-            crate::ra::drive(&mut p, &mut t, Request::new(i, 1));
-        }
+        let t = every_other_page_at_random(10_000);
         assert!(
             !t.windows.iter().any(|w| w.start == 128 && w.size == 128),
             "{:?}",
