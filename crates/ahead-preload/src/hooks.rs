@@ -544,12 +544,16 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    let r = match real!(mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void) {
-        Some(f) => f(addr, len, prot, flags, fd, off),
-        None => {
-            crate::set_errno(libc::ENOSYS);
-            return libc::MAP_FAILED;
-        }
+    let real = real!(mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void);
+    noted_map(real.map(|f| f(addr, len, prot, flags, fd, off)), flags, fd)
+}
+
+/// What a mapping call returns (`None`: the real call was not found,
+/// ENOSYS), having counted a mapping of a file.
+fn noted_map(r: Option<*mut c_void>, flags: c_int, fd: c_int) -> *mut c_void {
+    let Some(r) = r else {
+        crate::set_errno(libc::ENOSYS);
+        return libc::MAP_FAILED;
     };
     if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS == 0 {
         mapped(fd);
@@ -566,16 +570,6 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: off64_t,
 ) -> *mut c_void {
-    let r = match real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void)
-    {
-        Some(f) => f(addr, len, prot, flags, fd, off),
-        None => {
-            crate::set_errno(libc::ENOSYS);
-            return libc::MAP_FAILED;
-        }
-    };
-    if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS == 0 {
-        mapped(fd);
-    }
-    r
+    let real = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
+    noted_map(real.map(|f| f(addr, len, prot, flags, fd, off)), flags, fd)
 }
