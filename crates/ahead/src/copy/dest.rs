@@ -24,9 +24,9 @@ pub(super) struct DstWriter<'a> {
     pub(super) dontcache: FlagProbe,
     pub(super) direct: Option<(File, usize)>,
     pub(super) direct_ok: AtomicBool,
-    /// A regular file written with O_DIRECT: its data is allocated before
-    /// the copy (see [`DstWriter::preallocate`]).
-    pub(super) preallocate: bool,
+    /// A regular file written with O_DIRECT: its data may be allocated
+    /// before the copy (see [`DstWriter::preallocate`]).
+    pub(super) may_preallocate: bool,
     /// The allocation was made: runs of zeroes left unwritten are noted, to
     /// be punched out once every write is done.
     pub(super) preallocated: AtomicBool,
@@ -50,7 +50,7 @@ impl<'a> DstWriter<'a> {
             mode: opts.cache,
             dontcache: FlagProbe::new(opts.dontcache),
             direct_ok: AtomicBool::new(direct.is_some()),
-            preallocate: direct.is_some() && file.metadata().is_ok_and(|m| m.is_file()),
+            may_preallocate: direct.is_some() && file.metadata().is_ok_and(|m| m.is_file()),
             preallocated: AtomicBool::new(false),
             zero_runs: std::sync::Mutex::new(Vec::new()),
             direct,
@@ -169,7 +169,7 @@ impl<'a> DstWriter<'a> {
     /// image) may fit where its extents would not, and an allocation that
     /// failed half-way is given back.
     pub(super) fn preallocate(&self, extents: &[(u64, u64)]) {
-        if !self.preallocate {
+        if !self.may_preallocate {
             return;
         }
         use rustix::fs::FallocateFlags;
