@@ -90,6 +90,11 @@ pub struct StressReport {
     pub injected_errors: u64,
     /// Faults the injector applied.
     pub injected_faults: u64,
+    /// Pages found cached, and how many of them the lock-free hit path
+    /// served.
+    pub hits: u64,
+    /// See `hits`.
+    pub lock_free_hits: u64,
     /// Most cache memory seen in use (sampled).
     pub peak_cache_bytes: u64,
     /// The budget.
@@ -215,6 +220,9 @@ pub fn run(cfg: &StressConfig) -> Result<StressReport, String> {
     }
     let mut r = counts.report();
     r.peak_cache_bytes = peak.max(engine.cached_bytes());
+    let stats = engine.stats();
+    r.hits = stats.hits;
+    r.lock_free_hits = stats.lock_free_hits;
     r.cache_budget_bytes = cfg.cache_bytes;
     r.injected_faults = fault.injected();
     r.seconds = started.elapsed().as_secs_f64();

@@ -63,6 +63,8 @@ pub fn run(args: StressArgs) -> Result<bool> {
                 "injected_errors": r.injected_errors,
                 "injected_faults": r.injected_faults,
                 "peak_cache_bytes": r.peak_cache_bytes,
+                "hits": r.hits,
+                "lock_free_hits": r.lock_free_hits,
                 "cache_budget_bytes": r.cache_budget_bytes,
                 "hung": r.hung,
                 "seconds": r.seconds,
@@ -73,7 +75,7 @@ pub fn run(args: StressArgs) -> Result<bool> {
     } else {
         println!(
             "{} in {} requests verified in {:.1} s by {} threads: {} mismatches, {} unexpected errors, \
-             {} injected errors ({} faults); cache peak {} of {}{}",
+             {} injected errors ({} faults); cache peak {} of {}; {} pages hit, {} of them lock-free{}",
             format_size(r.bytes_verified),
             r.requests,
             r.seconds,
@@ -84,6 +86,8 @@ pub fn run(args: StressArgs) -> Result<bool> {
             r.injected_faults,
             format_size(r.peak_cache_bytes),
             format_size(r.cache_budget_bytes),
+            r.hits,
+            r.lock_free_hits,
             if r.hung { "; HUNG" } else { "" }
         );
         for p in &r.problems {

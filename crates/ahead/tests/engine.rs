@@ -149,6 +149,76 @@ fn column_sweeps_find_their_columns_read_ahead() {
     assert!(ahead_hits * 2 > blocks, "{reads:?}");
 }
 
+/// Completes every read inside `submit`, so that a run of requests meets
+/// the same cache states each time (no read finishes early or late).
+struct Inline;
+
+impl ahead::io::Backend for Inline {
+    fn name(&self) -> &'static str {
+        "inline"
+    }
+    fn depth(&self) -> usize {
+        1
+    }
+    fn submit(&self, mut op: ahead::io::ReadOp, done: ahead::io::Completion) {
+        let r = ahead::io::read_blocking(&mut op);
+        done(op, r);
+    }
+}
+
+#[test]
+fn the_lock_free_hit_path_leaves_the_policy_deciding_as_the_locked_path_does() {
+    // One reader, every pattern the ahead policy detects from hits
+    // (strides, column sweeps) and some it does not, through a cache
+    // small enough to evict: with the hit path on, the policy sees the
+    // hits later but in the same order, so it must ask for exactly the
+    // same device reads, and every counter must come out the same.
+    let dir = scratch();
+    let size = 6 << 20;
+    let path = gen(dir.path(), "f", size);
+    let mut reqs = Vec::new();
+    for pat in [
+        "seq", "columns", "stride", "reverse", "random", "columns", "seq",
+    ] {
+        reqs.extend(pattern(pat, size, 4096));
+    }
+    // The first MiB (half the cache) three times: two passes of hits.
+    for _ in 0..3 {
+        reqs.extend((0..256).map(|b| (b * 4096, 4096)));
+    }
+    // A stride of 2-page runs read twice (the second pass hits).
+    for _ in 0..2 {
+        reqs.extend((0..size / 4096).step_by(5).map(|b| (b * 4096, 8192)));
+    }
+    for policy in [PolicyKind::Ahead, PolicyKind::OnDemand] {
+        let mut runs = Vec::new();
+        for hits in [false, true] {
+            let engine = Engine::with_backend(
+                EngineConfig::default()
+                    .with_cache_bytes(2 << 20)
+                    .with_max_readahead(256 << 10)
+                    .with_max_io(64 << 10)
+                    .with_policy(policy)
+                    .with_lock_free_hits(hits),
+                Arc::new(Inline),
+            )
+            .unwrap();
+            let f = engine.open(&path).unwrap();
+            let mut buf = vec![0u8; 8192];
+            for &(offset, len) in &reqs {
+                let n = f.read_at(&mut buf[..len as usize], offset).unwrap();
+                check_read(policy.name(), &buf, n, offset, len, size);
+            }
+            runs.push(engine.stats());
+        }
+        assert!(runs[0].hits > 1000, "{policy}: {:?}", runs[0]);
+        assert_eq!(runs[0].lock_free_hits, 0, "{policy}: {:?}", runs[0]);
+        assert!(runs[1].lock_free_hits >= 512, "{policy}: {:?}", runs[1]);
+        runs[1].lock_free_hits = 0;
+        assert_eq!(runs[0], runs[1], "{policy}: locked, then lock-free hits");
+    }
+}
+
 #[test]
 fn odd_sizes_read_whole() {
     let dir = scratch();

@@ -3,7 +3,10 @@
 //! A policy sees frames (slots of the cache's arena), not pages: a frame is
 //! inserted when its page becomes up to date, touched on every hit, removed
 //! when freed. `victim` proposes frames until the cache accepts one (the
-//! cache refuses pinned frames).
+//! cache refuses pinned frames). Hits taken without the cache's lock are
+//! not touched at once: they set a bit per frame, and `victim` asks for
+//! that bit (`used`, which clears it) of each frame it passes, and counts a
+//! set bit as a touch made just then.
 
 /// An eviction policy over frames `0..frames`.
 pub trait Eviction: Send {
@@ -14,8 +17,13 @@ pub trait Eviction: Send {
     /// Frame `frame` no longer holds a cached page.
     fn remove(&mut self, frame: u32);
     /// A frame to evict: the first one, in the policy's order, for which
-    /// `evictable` says yes; `None` if none does.
-    fn victim(&mut self, evictable: &mut dyn FnMut(u32) -> bool) -> Option<u32>;
+    /// `evictable` says yes; `None` if none does. `used(f)` says (once)
+    /// whether `f` was hit without the lock since it was last asked.
+    fn victim(
+        &mut self,
+        used: &mut dyn FnMut(u32) -> bool,
+        evictable: &mut dyn FnMut(u32) -> bool,
+    ) -> Option<u32>;
 }
 
 /// Which eviction policy.
@@ -81,7 +89,11 @@ impl Eviction for Clock {
     fn remove(&mut self, frame: u32) {
         self.cached[frame as usize] = false;
     }
-    fn victim(&mut self, evictable: &mut dyn FnMut(u32) -> bool) -> Option<u32> {
+    fn victim(
+        &mut self,
+        used: &mut dyn FnMut(u32) -> bool,
+        evictable: &mut dyn FnMut(u32) -> bool,
+    ) -> Option<u32> {
         let n = self.cached.len();
         // Two turns: the first may only clear reference bits.
         for _ in 0..2 * n {
@@ -90,7 +102,8 @@ impl Eviction for Clock {
             if !self.cached[f] {
                 continue;
             }
-            if self.referenced[f] {
+            // A hit without the lock is a touch: the same second chance.
+            if used(f as u32) | self.referenced[f] {
                 self.referenced[f] = false;
                 continue;
             }
@@ -172,13 +185,22 @@ impl Eviction for Lru {
     fn remove(&mut self, frame: u32) {
         self.unlink(frame);
     }
-    fn victim(&mut self, evictable: &mut dyn FnMut(u32) -> bool) -> Option<u32> {
+    fn victim(
+        &mut self,
+        used: &mut dyn FnMut(u32) -> bool,
+        evictable: &mut dyn FnMut(u32) -> bool,
+    ) -> Option<u32> {
         let mut f = self.tail;
         while f != NIL {
-            if evictable(f) {
+            let prev = self.prev[f as usize];
+            if used(f) {
+                // Hit since: to the front, as a touch would have moved it
+                // (later than it happened; LRU is only as exact as that).
+                self.touch(f);
+            } else if evictable(f) {
                 return Some(f);
             }
-            f = self.prev[f as usize];
+            f = prev;
         }
         None
     }
@@ -195,13 +217,13 @@ mod tests {
             l.insert(f);
         }
         l.touch(0);
-        assert_eq!(l.victim(&mut |_| true), Some(1));
-        assert_eq!(l.victim(&mut |f| f != 1), Some(2));
+        assert_eq!(l.victim(&mut |_| false, &mut |_| true), Some(1));
+        assert_eq!(l.victim(&mut |_| false, &mut |f| f != 1), Some(2));
         l.remove(1);
         l.remove(2);
-        assert_eq!(l.victim(&mut |_| true), Some(3));
-        assert_eq!(l.victim(&mut |f| f == 0), Some(0));
-        assert_eq!(l.victim(&mut |_| false), None);
+        assert_eq!(l.victim(&mut |_| false, &mut |_| true), Some(3));
+        assert_eq!(l.victim(&mut |_| false, &mut |f| f == 0), Some(0));
+        assert_eq!(l.victim(&mut |_| false, &mut |_| false), None);
     }
 
     #[test]
@@ -212,15 +234,54 @@ mod tests {
         }
         // New pages start referenced: the first turn clears every bit, the
         // second evicts in hand order.
-        assert_eq!(c.victim(&mut |_| true), Some(0));
+        assert_eq!(c.victim(&mut |_| false, &mut |_| true), Some(0));
         c.remove(0);
         c.insert(0);
         c.touch(2);
         // 1 was cleared by the first turn; 0 is new, 2 touched.
-        assert_eq!(c.victim(&mut |_| true), Some(1));
+        assert_eq!(c.victim(&mut |_| false, &mut |_| true), Some(1));
         c.remove(1);
-        assert_eq!(c.victim(&mut |_| true), Some(2));
-        assert_eq!(c.victim(&mut |f| f == 0), Some(0));
-        assert_eq!(c.victim(&mut |_| false), None);
+        assert_eq!(c.victim(&mut |_| false, &mut |_| true), Some(2));
+        assert_eq!(c.victim(&mut |_| false, &mut |f| f == 0), Some(0));
+        assert_eq!(c.victim(&mut |_| false, &mut |_| false), None);
+    }
+
+    #[test]
+    fn a_frame_used_without_the_lock_counts_as_touched() {
+        // LRU: the oldest frame, hit without the lock, moves to the front.
+        let mut l = Lru::new(3);
+        for f in 0..3 {
+            l.insert(f);
+        }
+        let mut bits = [true, false, false];
+        let mut used = |f: u32| std::mem::take(&mut bits[f as usize]);
+        assert_eq!(l.victim(&mut used, &mut |_| true), Some(1));
+        l.remove(1);
+        assert_eq!(l.victim(&mut |_| false, &mut |_| true), Some(2));
+        l.remove(2);
+        assert_eq!(l.victim(&mut |_| false, &mut |_| true), Some(0));
+
+        // CLOCK: exactly as `touch`: passed over once, then taken.
+        let mut c = Clock::new(2);
+        let mut t = Clock::new(2);
+        for f in 0..2 {
+            c.insert(f);
+            t.insert(f);
+        }
+        assert_eq!(c.victim(&mut |_| false, &mut |_| true), Some(0));
+        assert_eq!(t.victim(&mut |_| false, &mut |_| true), Some(0));
+        c.remove(0);
+        t.remove(0);
+        t.touch(1);
+        let mut bits = [false, true];
+        let mut used = |f: u32| std::mem::take(&mut bits[f as usize]);
+        // Frame 0 is new (referenced); 1 was used: both get a second
+        // chance, and the hand ends where the touched clock's does.
+        c.insert(0);
+        t.insert(0);
+        assert_eq!(c.victim(&mut used, &mut |_| true), Some(1));
+        assert_eq!(t.victim(&mut |_| false, &mut |_| true), Some(1));
+        assert_eq!(c.hand, t.hand);
+        assert_eq!(c.referenced, t.referenced);
     }
 }

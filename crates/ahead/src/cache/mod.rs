@@ -21,7 +21,9 @@
 //!   reader copies from it or lends it; eviction skips pinned frames, and a
 //!   frame is only written while its page is *reading*, when nobody can pin
 //!   it. That is the whole soundness argument for reading frames without the
-//!   lock.
+//!   lock. The hit path (`hits`) pins without the lock too, and then checks
+//!   the frame's identity word, which eviction clears before it looks at
+//!   the pins.
 //! * Eviction leaves a *shadow* saying whether the page had been read ahead
 //!   and never used, which is how thrashing becomes visible to the readahead
 //!   policy (`ra::Feedback::EvictedUnused`, `ra::Shadow`). Shadows are
@@ -32,6 +34,7 @@
 //!   absent and tries again once a read completes or a pin drops.
 
 pub mod eviction;
+mod hits;
 #[cfg(test)]
 mod model;
 mod pins;
@@ -44,6 +47,7 @@ use std::task::Waker;
 use crate::io::Arena;
 use crate::ra::{self, Feedback, Lookup, Shadow, Window};
 pub use eviction::{Eviction, EvictionKind};
+use hits::HitTable;
 
 /// Identifies a file within one cache.
 pub type FileId = u64;
@@ -105,6 +109,9 @@ pub struct Stats {
     pub bytes: u64,
     /// Pages found up to date.
     pub hits: u64,
+    /// Of those, pages read on the lock-free hit path (up to date, whole,
+    /// unmarked and used before; see `File::read_at`).
+    pub lock_free_hits: u64,
     /// Pages read on demand (the reader needed them and nothing had asked
     /// for them yet).
     pub misses: u64,
@@ -154,11 +161,12 @@ impl Stats {
     }
 
     /// The counters as (name, value) pairs, for reports and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 20] {
+    pub fn fields(&self) -> [(&'static str, u64); 21] {
         [
             ("requests", self.requests),
             ("bytes", self.bytes),
             ("hits", self.hits),
+            ("lock_free_hits", self.lock_free_hits),
             ("misses", self.misses),
             ("late", self.late),
             ("device_reads", self.device_reads),
@@ -226,6 +234,8 @@ pub struct PageCache {
     page: usize,
     arena: std::sync::Arc<Arena>,
     pins: pins::Pins,
+    /// The lock-free hit path's identity words, hints and access bits.
+    hits: HitTable,
     /// Frames kept from readahead for demand reads.
     reserve: usize,
     inner: Mutex<Inner>,
@@ -249,6 +259,7 @@ impl PageCache {
             page,
             arena: Arena::new(frames, page)?,
             pins: pins::Pins::new(frames),
+            hits: HitTable::new(frames),
             reserve,
             inner: Mutex::new(Inner {
                 files: HashMap::default(),
@@ -362,6 +373,8 @@ impl PageCache {
         inner.totals.readahead_wasted += wasted;
         let dropped = freed.len() as u64;
         for f in freed {
+            // Retracted before the pins are looked at (see `pins`).
+            self.hits.retract(f);
             inner.eviction.remove(f);
             inner.owner[f as usize] = None;
             // A frame still lent out is freed by its last unpin.
@@ -375,6 +388,24 @@ impl PageCache {
     /// Pins `frame` (under the lock, so that eviction cannot race).
     fn pin(&self, frame: u32) {
         self.pins.pin(frame);
+    }
+
+    /// The lock-free hit path: pins the frame holding page `index` of
+    /// `file` if the page may be read without the lock (up to date, full,
+    /// unmarked, used before) and the hint table knows its frame. The
+    /// caller copies from it and drops the pin with [`PageCache::unpin_each`]
+    /// as after a locked read.
+    pub(crate) fn pin_hit(&self, file: FileId, index: u64) -> Option<u32> {
+        let id = hits::identity(file, index)?;
+        let frame = self.hits.guess(id)?;
+        self.pins.pin(frame);
+        if self.hits.holds(frame, id) {
+            self.hits.access(frame);
+            Some(frame)
+        } else {
+            self.unpin_each(std::iter::once(frame));
+            None
+        }
     }
 
     /// Drops pins taken by a reader.
@@ -463,6 +494,15 @@ impl PageCache {
                         let end = plan.first * page + n;
                         if end < fp.size {
                             fp.size = end;
+                            // Pages that now reach past the end are read
+                            // under the lock only (it clips them).
+                            for (&index, slot) in &fp.pages {
+                                if let Slot::Ready { frame, .. } = slot {
+                                    if (index + 1) * page > end {
+                                        self.hits.retract(*frame);
+                                    }
+                                }
+                            }
                         }
                     }
                     for (k, &frame) in plan.frames.iter().enumerate() {
@@ -536,7 +576,7 @@ impl PageCache {
 }
 
 /// Takes a free frame, or evicts one; `None` if every frame is busy.
-fn take_frame(inner: &mut Inner, pins: &pins::Pins) -> Option<u32> {
+fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable) -> Option<u32> {
     if let Some(f) = inner.free.pop() {
         return Some(f);
     }
@@ -546,7 +586,21 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins) -> Option<u32> {
     // a candidate needs no look-up in the page tables: O(1) per frame.
     let victim = inner
         .eviction
-        .victim(&mut |f| !pins.is_pinned(f) && owner[f as usize].is_some())?;
+        .victim(&mut |f| hits.take_access(f), &mut |f| {
+            if owner[f as usize].is_none() {
+                return false;
+            }
+            // The identity goes first, then the pins are looked at: a reader
+            // of the hit path pins first, then checks the identity, so one of
+            // the two sees the other (see `pins`).
+            let word = hits.retract(f);
+            if pins.is_pinned(f) {
+                hits.restore(f, word);
+                false
+            } else {
+                true
+            }
+        })?;
     let (file, index) = inner.owner[victim as usize]
         .take()
         .expect("victim has an owner");
@@ -634,7 +688,7 @@ impl Planner<'_> {
                 complete = false;
                 break;
             }
-            let Some(frame) = take_frame(self.inner, &self.cache.pins) else {
+            let Some(frame) = take_frame(self.inner, &self.cache.pins, &self.cache.hits) else {
                 complete = false;
                 break;
             };
@@ -820,7 +874,7 @@ pub(crate) fn collect(
                 frame,
                 len,
                 unused_ra,
-                ..
+                marker,
             }) => {
                 let was_demand = demand.iter().any(|&(s, n)| i >= s && i < s + n);
                 if *unused_ra {
@@ -842,6 +896,12 @@ pub(crate) fn collect(
                 cache.pin(*frame);
                 eviction.touch(*frame);
                 let valid = (*len as u64).min(fp.size.saturating_sub(i * page)) as usize;
+                // Used once and whole: later hits may skip the lock.
+                if !*marker && valid == cache.page {
+                    if let Some(id) = hits::identity(file, i) {
+                        cache.hits.publish(*frame, id);
+                    }
+                }
                 got.push((*frame, valid));
                 i += 1;
                 if valid < cache.page {

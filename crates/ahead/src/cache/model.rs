@@ -12,10 +12,17 @@
 //!   sleeps);
 //! * at the end no pin is left, and every frame is either free (once) or
 //!   holds exactly one page.
+//!
+//! Readers also take the lock-free hit path as the engine does
+//! (`PageCache::pin_hit`): guess a frame from a hint, pin it, check its
+//! identity word, copy. Eviction and drops clear the word before they look
+//! at the pins. Such a reader may pin a frame that is free or being read,
+//! for a moment; the checks above hold for the pins a reader keeps (it
+//! counts itself in `holders` once its guess is confirmed).
 
 use std::collections::HashMap;
 
-use shuttle::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use shuttle::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use shuttle::sync::{Arc, Condvar, Mutex};
 use shuttle::thread;
 
@@ -43,6 +50,13 @@ struct Model {
     pins: Pins<AtomicU32>,
     /// What each frame holds: page + 1, written by the read that fills it.
     contents: Vec<AtomicU64>,
+    /// The identity word of each frame: page + 1 while the hit path may
+    /// take it, 0 otherwise (`hits::HitTable::ident`).
+    ident: Vec<AtomicU64>,
+    /// Per page: frame + 1 last published for it (`hits::HitTable::hint`).
+    hint: Vec<AtomicU32>,
+    /// Per frame: readers holding a confirmed pin.
+    holders: Vec<AtomicUsize>,
 }
 
 impl Model {
@@ -57,6 +71,45 @@ impl Model {
             changed: Condvar::new(),
             pins: Pins::new(frames),
             contents: (0..frames).map(|_| AtomicU64::new(0)).collect(),
+            ident: (0..frames).map(|_| AtomicU64::new(0)).collect(),
+            hint: (0..PAGES).map(|_| AtomicU32::new(0)).collect(),
+            holders: (0..frames).map(|_| AtomicUsize::new(0)).collect(),
+        }
+    }
+
+    /// The hit path: pins the hinted frame and keeps it if its identity
+    /// word says it holds `page`. Whether it read the page.
+    fn read_hit(&self, page: u64) -> bool {
+        let Some(frame) = self.hint[page as usize]
+            .load(Ordering::Relaxed)
+            .checked_sub(1)
+        else {
+            return false;
+        };
+        self.pins.pin(frame);
+        let confirmed = self.ident[frame as usize].load(Ordering::SeqCst) == page + 1;
+        if confirmed {
+            self.holders[frame as usize].fetch_add(1, Ordering::SeqCst);
+            self.check_held(frame, page);
+            self.holders[frame as usize].fetch_sub(1, Ordering::SeqCst);
+        }
+        self.unpin(frame);
+        confirmed
+    }
+
+    /// While a confirmed pin is held, the frame keeps the page.
+    fn check_held(&self, frame: u32, page: u64) {
+        for _ in 0..2 {
+            let held = self.contents[frame as usize].load(Ordering::Acquire);
+            assert_eq!(held, page + 1, "a pinned frame lost its page");
+            thread::yield_now();
+        }
+    }
+
+    fn unpin(&self, frame: u32) {
+        if self.pins.unpin(frame) {
+            self.state.lock().unwrap().free.push(frame);
+            self.changed.notify_all();
         }
     }
 
@@ -66,31 +119,45 @@ impl Model {
             return Some(f);
         }
         let victim = (0..s.owner.len() as u32).find(|&f| {
-            !self.pins.is_pinned(f)
-                && s.owner[f as usize].is_some_and(|p| s.pages.get(&p) == Some(&Page::Ready(f)))
+            if !s.owner[f as usize].is_some_and(|p| s.pages.get(&p) == Some(&Page::Ready(f))) {
+                return false;
+            }
+            // As `take_frame`: the identity goes, then the pins are looked
+            // at, and a pinned frame gets its identity back.
+            let word = self.ident[f as usize].swap(0, Ordering::SeqCst);
+            if self.pins.is_pinned(f) {
+                if word != 0 {
+                    self.ident[f as usize].store(word, Ordering::SeqCst);
+                }
+                false
+            } else {
+                true
+            }
         })?;
         let page = s.owner[victim as usize].take().unwrap();
         s.pages.insert(page, Page::Shadow);
         Some(victim)
     }
 
-    /// Reads `page`: pins its frame, checks what it holds, unpins.
+    /// Reads `page`: the hit path first, then under the lock: pins its
+    /// frame, checks what it holds, unpins.
     fn read(&self, page: u64) {
+        if self.read_hit(page) {
+            return;
+        }
         loop {
             let mut s = self.state.lock().unwrap();
             match s.pages.get(&page).copied() {
                 Some(Page::Ready(frame)) => {
                     self.pins.pin(frame);
+                    // Used once: later hits may skip the lock (`collect`).
+                    self.ident[frame as usize].store(page + 1, Ordering::SeqCst);
+                    self.hint[page as usize].store(frame + 1, Ordering::Relaxed);
                     drop(s);
-                    for _ in 0..2 {
-                        let held = self.contents[frame as usize].load(Ordering::Acquire);
-                        assert_eq!(held, page + 1, "a pinned frame lost its page");
-                        thread::yield_now();
-                    }
-                    if self.pins.unpin(frame) {
-                        self.state.lock().unwrap().free.push(frame);
-                        self.changed.notify_all();
-                    }
+                    self.holders[frame as usize].fetch_add(1, Ordering::SeqCst);
+                    self.check_held(frame, page);
+                    self.holders[frame as usize].fetch_sub(1, Ordering::SeqCst);
+                    self.unpin(frame);
                     return;
                 }
                 Some(Page::Reading(_)) => {
@@ -110,7 +177,11 @@ impl Model {
                     s.pages.insert(page, Page::Reading(frame));
                     s.owner[frame as usize] = Some(page);
                     drop(s);
-                    assert!(!self.pins.is_pinned(frame), "a pinned frame is written");
+                    assert_eq!(
+                        self.holders[frame as usize].load(Ordering::SeqCst),
+                        0,
+                        "a pinned frame is written"
+                    );
                     self.contents[frame as usize].store(page + 1, Ordering::Release);
                     let mut s = self.state.lock().unwrap();
                     *s.in_flight.get_mut(&page).unwrap() -= 1;
@@ -139,6 +210,7 @@ impl Model {
         for (p, f) in ready {
             s.pages.remove(&p);
             s.owner[f as usize] = None;
+            self.ident[f as usize].store(0, Ordering::SeqCst);
             if self.pins.orphan(f) {
                 s.free.push(f);
             }
@@ -163,6 +235,9 @@ impl Model {
         }
     }
 }
+
+/// Pages in the scenario.
+const PAGES: usize = 3;
 
 /// Two readers over three pages through two frames, and a third thread that
 /// reads and drops everything in between.

@@ -1,13 +1,26 @@
 //! Pin counts of frames: a pinned frame is lent to a reader and is neither
 //! evicted nor reused until its last pin drops.
 //!
-//! Pins are taken under the cache's lock (so that eviction, which looks at
-//! the counts under the same lock, cannot race with a pin) and dropped
-//! without it (a read would otherwise take the lock once more). A frame
-//! whose page is dropped while pinned — its file closed or found changed —
-//! is marked an orphan, and whichever of the drop and the last unpin comes
-//! second frees it, exactly once. The protocol is generic over the atomic
-//! so that `model` can check it under shuttle's scheduler.
+//! Pins are taken in two ways:
+//!
+//! * under the cache's lock, by a reader that has seen the frame's page up
+//!   to date there (eviction looks at the counts under the same lock, so it
+//!   cannot race);
+//! * without any lock, by the hit path ([`super::PageCache::pin_hit`]): the
+//!   reader pins a frame it only guesses holds its page, then checks the
+//!   frame's identity word. Eviction clears that word *before* it looks at
+//!   the pin count, and the reader pins *before* it reads the word (both
+//!   sequentially consistent), so at least one of them sees the other: the
+//!   reader backs off, or eviction skips the frame. Such a guess may pin a
+//!   frame that is free or being read, for a moment; nothing here assumes a
+//!   free frame's count is zero.
+//!
+//! Pins are dropped without the lock. A frame whose page is dropped while
+//! pinned — its file closed or found changed — is marked an orphan, and
+//! whichever of the drop and the last unpin comes second frees it, exactly
+//! once. Every change is one compare-and-swap from a count that was read, so
+//! no step ever overwrites a pin taken in between. The protocol is generic
+//! over the atomic so that `model` can check it under shuttle's scheduler.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -19,10 +32,8 @@ const ORPHAN: u32 = 1 << 31;
 pub(crate) trait PinCount {
     fn new() -> Self;
     fn fetch_add(&self, v: u32) -> u32;
-    fn fetch_sub(&self, v: u32) -> u32;
-    fn fetch_or(&self, v: u32) -> u32;
+    fn compare_exchange(&self, current: u32, new: u32) -> Result<u32, u32>;
     fn load(&self) -> u32;
-    fn store(&self, v: u32);
 }
 
 /// Implements [`PinCount`] for an atomic type with std's method names
@@ -33,20 +44,23 @@ macro_rules! impl_pin_count {
             fn new() -> Self {
                 <$atomic>::new(0)
             }
+            // Sequentially consistent throughout: the hit path's pin and
+            // eviction's look at the count are the two halves of a
+            // store-then-load handshake (see the module docs).
             fn fetch_add(&self, v: u32) -> u32 {
-                <$atomic>::fetch_add(self, v, <$ordering>::AcqRel)
+                <$atomic>::fetch_add(self, v, <$ordering>::SeqCst)
             }
-            fn fetch_sub(&self, v: u32) -> u32 {
-                <$atomic>::fetch_sub(self, v, <$ordering>::AcqRel)
-            }
-            fn fetch_or(&self, v: u32) -> u32 {
-                <$atomic>::fetch_or(self, v, <$ordering>::AcqRel)
+            fn compare_exchange(&self, current: u32, new: u32) -> Result<u32, u32> {
+                <$atomic>::compare_exchange(
+                    self,
+                    current,
+                    new,
+                    <$ordering>::SeqCst,
+                    <$ordering>::SeqCst,
+                )
             }
             fn load(&self) -> u32 {
-                <$atomic>::load(self, <$ordering>::Acquire)
-            }
-            fn store(&self, v: u32) {
-                <$atomic>::store(self, v, <$ordering>::Release)
+                <$atomic>::load(self, <$ordering>::SeqCst)
             }
         }
     };
@@ -64,8 +78,9 @@ impl<A: PinCount> Pins<A> {
         Pins((0..frames).map(|_| A::new()).collect())
     }
 
-    /// Pins `frame`. The caller holds the cache's lock and has seen the
-    /// frame's page up to date.
+    /// Pins `frame`: under the cache's lock with the frame's page seen up
+    /// to date, or as the hit path's guess (then checked, see the module
+    /// docs).
     pub(crate) fn pin(&self, frame: u32) {
         self.0[frame as usize].fetch_add(1);
     }
@@ -74,11 +89,16 @@ impl<A: PinCount> Pins<A> {
     /// the caller must free the frame.
     pub(crate) fn unpin(&self, frame: u32) -> bool {
         let c = &self.0[frame as usize];
-        if c.fetch_sub(1) == ORPHAN | 1 {
-            c.store(0);
-            true
-        } else {
-            false
+        let mut v = c.load();
+        loop {
+            // The last pin of an orphan takes the count straight to zero,
+            // in the same step that drops the pin.
+            let last = v == ORPHAN | 1;
+            let new = if last { 0 } else { v.wrapping_sub(1) };
+            match c.compare_exchange(v, new) {
+                Ok(_) => return last,
+                Err(now) => v = now,
+            }
         }
     }
 
@@ -86,11 +106,15 @@ impl<A: PinCount> Pins<A> {
     /// is free now; otherwise its last unpin frees it.
     pub(crate) fn orphan(&self, frame: u32) -> bool {
         let c = &self.0[frame as usize];
-        if c.fetch_or(ORPHAN) == 0 {
-            c.store(0);
-            true
-        } else {
-            false
+        let mut v = c.load();
+        loop {
+            if v & !ORPHAN == 0 {
+                return true;
+            }
+            match c.compare_exchange(v, v | ORPHAN) {
+                Ok(_) => return false,
+                Err(now) => v = now,
+            }
         }
     }
 

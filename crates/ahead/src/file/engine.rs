@@ -71,6 +71,10 @@ pub struct EngineConfig {
     /// (io_uring's fixed buffers), so the kernel does not pin the pages of
     /// every read. On by default; off compares the two.
     pub registered_buffers: bool,
+    /// Serve reads whose pages are all cached and used before without the
+    /// cache's lock or the policy's (the policy sees them later, in order).
+    /// On by default; off compares the two.
+    pub lock_free_hits: bool,
 }
 
 impl EngineConfig {
@@ -124,6 +128,11 @@ impl EngineConfig {
         self.registered_buffers = v;
         self
     }
+    /// Sets whether cached reads may skip the locks.
+    pub fn with_lock_free_hits(mut self, v: bool) -> EngineConfig {
+        self.lock_free_hits = v;
+        self
+    }
     /// Sets whether files that refuse O_DIRECT are an error.
     pub fn with_require_direct(mut self, v: bool) -> EngineConfig {
         self.require_direct = v;
@@ -145,6 +154,7 @@ impl Default for EngineConfig {
             eviction: EvictionKind::Clock,
             require_direct: false,
             registered_buffers: true,
+            lock_free_hits: true,
         }
     }
 }
@@ -444,6 +454,8 @@ impl Engine {
         let ra = RaConfig::with_max_pages(self.shared.max_ra_pages);
         let policy_kind = opts.policy.unwrap_or(self.shared.config.policy);
         let fd = Arc::new(fd);
+        let policy = ra::new_policy(policy_kind, ra);
+        let hit_path = self.shared.config.lock_free_hits && policy.calls() == ra::Calls::OnDemand;
         let kernel = match opts.mode {
             Mode::Direct => None,
             mode => {
@@ -473,7 +485,9 @@ impl Engine {
                 fd,
                 direct,
                 kernel,
-                policy: Mutex::new(ra::new_policy(policy_kind, ra)),
+                policy: Mutex::new(policy),
+                hits_seen: crossbeam_queue::ArrayQueue::new(super::HITS_QUEUED),
+                hit_path,
                 advice: Mutex::new(Vec::new()),
                 advised: std::sync::atomic::AtomicBool::new(false),
                 stamp: Mutex::new(stamp),

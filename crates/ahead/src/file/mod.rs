@@ -20,6 +20,14 @@
 //! Requests larger than the readahead maximum are served in pieces of that
 //! size, each planned as one request, so that one huge read cannot claim
 //! the whole cache.
+//!
+//! Before all that, `read_at` tries the **hit path** (`File::read_hit`): a
+//! read of at most 32 pages, each up to date, whole, unmarked and used
+//! before, is copied out with no lock at all (pins and identity words, see
+//! `cache::hits`). The policy would only have called `begin` and `finish`
+//! for such a request; it gets them later, in order, from a queue that the
+//! next planning empties first. So two threads hitting one cached file do
+//! not queue on its locks, and one reader's policy sees what it always saw.
 
 mod engine;
 mod future;
@@ -44,6 +52,7 @@ use crate::cache::{self, Collected, PageCache, Plan, Planner, Stats};
 use crate::io::{IoBuf, ReadOp};
 use crate::ra::{self, Policy, Request, Window};
 use crate::{sys, Error, Result};
+use crossbeam_queue::ArrayQueue;
 use std::future::Future as _;
 use std::os::fd::AsFd as _;
 
@@ -103,11 +112,13 @@ pub enum Advice {
     WillNeed,
 }
 
-/// Requests and bytes served, counted with atomics.
+/// Requests and bytes served, and pages hit without the cache's lock,
+/// counted with atomics.
 #[derive(Default)]
 pub(super) struct Served {
     requests: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
+    hits: std::sync::atomic::AtomicU64,
 }
 
 impl Served {
@@ -117,10 +128,18 @@ impl Served {
         self.bytes.fetch_add(bytes, Relaxed);
     }
 
+    fn add_hits(&self, pages: u64) {
+        self.hits
+            .fetch_add(pages, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(super) fn add_to(&self, s: &mut Stats) {
         use std::sync::atomic::Ordering::Relaxed;
         s.requests += self.requests.load(Relaxed);
         s.bytes += self.bytes.load(Relaxed);
+        let hits = self.hits.load(Relaxed);
+        s.hits += hits;
+        s.lock_free_hits += hits;
     }
 }
 
@@ -137,6 +156,13 @@ struct FileInner {
     /// the engine's.
     kernel: Option<kernel::KernelFile>,
     policy: Mutex<Box<dyn Policy>>,
+    /// Requests served by the hit path, for the policy to see in order
+    /// before its next decision (see [`File::read_hit`]).
+    hits_seen: ArrayQueue<Request>,
+    /// Whether reads may take the hit path: the policy is consulted only
+    /// at misses and marker hits (on-demand), so a request of unmarked,
+    /// up-to-date pages asks nothing of it but `begin` and `finish`.
+    hit_path: bool,
     advice: Mutex<Vec<(u64, u64, Advice)>>,
     /// Set by the first `advise` that records advice: until then a read
     /// takes no lock to learn there is none.
@@ -385,6 +411,7 @@ impl File {
         for f in feedback {
             policy.feedback(f);
         }
+        self.replay_hits(policy.as_mut());
         let mut planner = self.planner(&mut g, file_pages, req);
         let max = shared.max_ra_pages;
         match advice {
@@ -407,6 +434,72 @@ impl File {
             _ => {}
         }
         planner.plans
+    }
+
+    /// Shows the policy the requests the hit path served since it last
+    /// looked, oldest first (caller holds the policy's lock). For such a
+    /// request `ra::drive` would have called `begin` and `finish` and
+    /// nothing else: its pages were up to date and unmarked.
+    fn replay_hits(&self, policy: &mut dyn Policy) {
+        while let Some(req) = self.inner.hits_seen.pop() {
+            policy.begin(req);
+            policy.finish(req);
+        }
+    }
+
+    /// The hit path: serves a read whose pages are all up to date, whole,
+    /// unmarked and used before, without the cache's lock or the policy's
+    /// (see `cache::hits`). `None` if any page is not, having changed
+    /// nothing: the locked path then reads it.
+    ///
+    /// The policy still sees the request, in order: it goes to a queue the
+    /// next planning replays first. A thread that finds the queue half
+    /// full replays it if the policy's lock is free; one that finds it
+    /// full waits for the lock, so no request is ever left out.
+    fn read_hit(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let inner = &*self.inner;
+        if !inner.hit_path || buf.is_empty() || inner.advised.load(Relaxed) {
+            return None;
+        }
+        let page = self.page();
+        let end = offset.checked_add(buf.len() as u64)?;
+        let first = offset / page;
+        let count = end.div_ceil(page) - first;
+        if count as usize > HIT_MAX_PAGES || count > inner.engine.max_ra_pages {
+            return None;
+        }
+        let cache = &inner.engine.cache;
+        let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
+        for k in 0..count as usize {
+            match cache.pin_hit(inner.id, first + k as u64) {
+                Some(f) => frames[k] = (f, page as usize),
+                None => {
+                    cache.unpin_each(frames[..k].iter().map(|&(f, _)| f));
+                    return None;
+                }
+            }
+        }
+        let frames = &frames[..count as usize];
+        copy_out(cache, frames, offset, page, 0, buf);
+        cache.unpin_each(frames.iter().map(|&(f, _)| f));
+        inner.served.add_hits(count);
+        inner.engine.served.add_hits(count);
+        self.served(buf.len() as u64);
+        let req = Request::new(first, count);
+        let queue = &inner.hits_seen;
+        if queue.len() >= queue.capacity() / 2 {
+            if let Ok(mut policy) = inner.policy.try_lock() {
+                self.replay_hits(policy.as_mut());
+            }
+        }
+        if let Err(req) = queue.push(req) {
+            let mut policy = inner.policy.lock().unwrap();
+            self.replay_hits(policy.as_mut());
+            policy.begin(req);
+            policy.finish(req);
+        }
+        Some(buf.len())
     }
 
     /// Issues planned reads: readahead to the backend, demand reads inline
@@ -607,6 +700,9 @@ impl File {
             return k
                 .read_at(buf, offset)
                 .map_err(|e| self.io_error("read", offset, e));
+        }
+        if let Some(n) = self.read_hit(buf, offset) {
+            return Ok(n);
         }
         let mut done = 0usize;
         while done < buf.len() {
@@ -872,6 +968,12 @@ fn copy_out(
         at += n as u64;
     }
 }
+
+/// Most pages one read may span and still take the hit path (128 KiB of
+/// 4 KiB pages); larger reads copy long enough that the lock is no cost.
+const HIT_MAX_PAGES: usize = 32;
+/// Requests the hit path may queue for the policy (see [`File::read_hit`]).
+const HITS_QUEUED: usize = 64;
 
 /// Receives runs of pinned `(frame, valid bytes)` with the bytes done so
 /// far; returns true if it keeps the pins.

@@ -1,0 +1,154 @@
+//! What the lock-free hit path needs: an identity word per frame, a hashed
+//! table that guesses a page's frame, and an access bit per frame.
+//!
+//! A reader that wants page `index` of `file` looks up a frame in the hint
+//! table, pins it (see [`super::pins`]), and then checks the frame's
+//! identity word. The word holds the page's identity only while the page is
+//! up to date, fills the whole frame, carries no lookahead marker and has
+//! been used once (a first use is counted, and may be late, under the
+//! lock); it is written only under the cache's lock, after the frame's
+//! bytes, and cleared before the frame is evicted or dropped. A reader that
+//! finds it holds its page has a pinned frame with the page's bytes; one
+//! that does not drops the pin and takes the locked path. A wrong guess
+//! costs a pin and an unpin; it never returns wrong bytes.
+//!
+//! The access bit stands in for the eviction policy's touch, which needs
+//! the lock: eviction reads and clears it as it passes the frame (the
+//! `used` argument of [`super::Eviction::victim`]).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use super::FileId;
+
+/// File ids up to this take the hit path (later ones, after 16 million
+/// opens in one engine, take the locked path only).
+const MAX_FILE: u64 = (1 << 24) - 1;
+/// Page indexes below this take the hit path (2^40 pages: 4 PiB of 4 KiB
+/// pages).
+const MAX_INDEX: u64 = (1 << 40) - 1;
+
+/// The identity word of page `index` of `file`; `None` if it does not fit
+/// (such pages are always read under the lock). Never 0.
+pub(crate) fn identity(file: FileId, index: u64) -> Option<u64> {
+    (file <= MAX_FILE && index < MAX_INDEX).then(|| (file << 40) | (index + 1))
+}
+
+pub(crate) struct HitTable {
+    /// Per frame: the identity of the page it holds while that page may be
+    /// read without the lock; 0 otherwise.
+    ident: Box<[AtomicU64]>,
+    /// Identity hashed → frame + 1 (0: none). A guess, checked against
+    /// `ident`; a newer page overwrites an older one in its slot.
+    hint: Box<[AtomicU32]>,
+    mask: usize,
+    /// Per frame: read without the lock since eviction last looked.
+    accessed: Box<[AtomicBool]>,
+}
+
+impl HitTable {
+    pub(crate) fn new(frames: usize) -> HitTable {
+        // Twice as many slots as frames keeps collisions rare.
+        let slots = (frames.max(1) * 2).next_power_of_two();
+        HitTable {
+            ident: (0..frames).map(|_| AtomicU64::new(0)).collect(),
+            hint: (0..slots).map(|_| AtomicU32::new(0)).collect(),
+            mask: slots - 1,
+            accessed: (0..frames).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    fn slot(&self, id: u64) -> &AtomicU32 {
+        let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20;
+        &self.hint[h as usize & self.mask]
+    }
+
+    /// The frame the table guesses holds `id`.
+    pub(crate) fn guess(&self, id: u64) -> Option<u32> {
+        self.slot(id).load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// Whether `frame` holds `id` now (the caller pinned it first).
+    pub(crate) fn holds(&self, frame: u32, id: u64) -> bool {
+        self.ident[frame as usize].load(Ordering::SeqCst) == id
+    }
+
+    /// Caller holds the cache's lock; `frame`'s bytes are page `id`'s, up to
+    /// date: readers may take it without the lock from now on.
+    pub(crate) fn publish(&self, frame: u32, id: u64) {
+        let word = &self.ident[frame as usize];
+        if word.load(Ordering::Relaxed) != id {
+            word.store(id, Ordering::SeqCst);
+        }
+        let slot = self.slot(id);
+        if slot.load(Ordering::Relaxed) != frame + 1 {
+            slot.store(frame + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Caller holds the cache's lock: `frame` may no longer be taken
+    /// without it. Returns the word it held, for [`HitTable::restore`].
+    /// Must come before the caller looks at the frame's pins.
+    pub(crate) fn retract(&self, frame: u32) -> u64 {
+        let word = &self.ident[frame as usize];
+        if word.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        word.swap(0, Ordering::SeqCst)
+    }
+
+    /// Caller holds the lock: undoes a [`HitTable::retract`] of a frame
+    /// that turned out pinned (it keeps its page).
+    pub(crate) fn restore(&self, frame: u32, word: u64) {
+        if word != 0 {
+            self.ident[frame as usize].store(word, Ordering::SeqCst);
+        }
+    }
+
+    /// Notes a hit on `frame` taken without the lock.
+    pub(crate) fn access(&self, frame: u32) {
+        let bit = &self.accessed[frame as usize];
+        if !bit.load(Ordering::Relaxed) {
+            bit.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `frame` was hit without the lock since the last call; clears
+    /// the bit.
+    pub(crate) fn take_access(&self, frame: u32) -> bool {
+        let bit = &self.accessed[frame as usize];
+        bit.load(Ordering::Relaxed) && bit.swap(false, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_are_distinct_nonzero_and_bounded() {
+        assert_eq!(identity(0, 0), Some(1));
+        assert_ne!(identity(1, 0), identity(0, 1));
+        assert_ne!(identity(MAX_FILE, MAX_INDEX - 1), None);
+        assert_eq!(identity(MAX_FILE + 1, 0), None);
+        assert_eq!(identity(0, MAX_INDEX), None);
+    }
+
+    #[test]
+    fn a_frame_holds_what_was_published_until_retracted() {
+        let t = HitTable::new(4);
+        let id = identity(3, 17).unwrap();
+        assert_eq!(t.guess(id), None);
+        t.publish(2, id);
+        assert_eq!(t.guess(id), Some(2));
+        assert!(t.holds(2, id));
+        let w = t.retract(2);
+        assert_eq!(w, id);
+        assert!(!t.holds(2, id));
+        t.restore(2, w);
+        assert!(t.holds(2, id));
+        assert!(!t.take_access(2));
+        t.access(2);
+        assert!(t.take_access(2));
+        assert!(!t.take_access(2));
+    }
+}
