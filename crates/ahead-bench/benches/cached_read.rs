@@ -9,16 +9,15 @@
 //! prints the time per read of each in the same run.
 //!
 //! `cached-4k-threads`: the time per read of one thread, and of two threads
-//! sharing one Direct `File`, cached 4 KiB random reads. Target (issue
-//! "Efficiency"): two threads read at least 1.7× as many per second as one
-//! on 2 cores, so the two-thread time per read at most 0.59× the one's. On
-//! the development machine it was 1.84× the one's, 1.43 µs against 0.78
-//! (two threads 0.54× as fast as one: every hit took the cache's global
-//! lock three times). With the request count moved to atomics (two locks
-//! per hit), 1.00 µs against 0.81: 0.80× as fast as one. Later runs
-//! (2026-11-23, six of them) are bimodal: one thread 0.69–0.76 µs, two
-//! either 0.60–0.65 µs (1.2× one thread) or 1.02–1.17 µs (0.7×); the cache
-//! lock and the file's policy lock are still taken on every hit.
+//! sharing one Direct `File`, cached 4 KiB random reads, with the
+//! lock-free hit path (`ahead-direct-N`) and without it
+//! (`ahead-direct-locked-N`, `EngineConfig::lock_free_hits` off). Target
+//! (issue "Efficiency"): two threads read at least 1.7× as many per second
+//! as one on 2 cores, so the two-thread time per read at most 0.59× the
+//! one's. With every hit taking the cache's lock and the policy's, two
+//! threads were bimodal (2026-11-23, six runs): one thread 0.69–0.76 µs,
+//! two either 0.60–0.65 µs (1.2× one thread) or 1.02–1.17 µs (0.7×).
+//! docs/bench.md has the figures with the hit path.
 
 use std::os::unix::fs::FileExt;
 
@@ -74,17 +73,29 @@ fn cached_reads(c: &mut Criterion) {
         })
     });
     g.finish();
-    let direct = std::sync::Arc::new(direct);
+    let locked_engine = Engine::new(EngineConfig::default().with_lock_free_hits(false)).unwrap();
+    let locked = locked_engine.open(&path).unwrap();
+    for b in 0..SIZE / BS {
+        locked.read_at(&mut buf, b * BS).unwrap();
+        // Twice: a page's first use is counted under the lock, and only
+        // then may later hits skip it.
+        direct.read_at(&mut buf, b * BS).unwrap();
+    }
     let mut g = c.benchmark_group("cached-4k-threads");
     const SMALL: u64 = 4 << 10;
-    for threads in [1u64, 2] {
-        g.bench_function(format!("ahead-direct-{threads}"), |b| {
+    for (name, file, threads) in [
+        ("ahead-direct", &direct, 1u64),
+        ("ahead-direct", &direct, 2),
+        ("ahead-direct-locked", &locked, 1),
+        ("ahead-direct-locked", &locked, 2),
+    ] {
+        g.bench_function(format!("{name}-{threads}"), |b| {
             b.iter_custom(|iters| {
                 let per = iters.div_ceil(threads);
                 let start = std::time::Instant::now();
                 std::thread::scope(|sc| {
                     for t in 0..threads {
-                        let f = direct.clone();
+                        let f = file.clone();
                         sc.spawn(move || {
                             let mut rng = fastrand::Rng::with_seed(t + 7);
                             let mut b = vec![0u8; SMALL as usize];

@@ -486,7 +486,7 @@ impl Engine {
                 direct,
                 kernel,
                 policy: Mutex::new(policy),
-                hits_seen: crossbeam_queue::ArrayQueue::new(super::HITS_QUEUED),
+                hits_seen: super::hit_queues(),
                 hit_path,
                 advice: Mutex::new(Vec::new()),
                 advised: std::sync::atomic::AtomicBool::new(false),
