@@ -182,8 +182,9 @@ fn the_lock_free_hit_path_leaves_the_policy_deciding_as_the_locked_path_does() {
     ] {
         reqs.extend(pattern(pat, size, 4096));
     }
-    // The first MiB (half the cache) three times: two passes of hits.
-    for _ in 0..3 {
+    // The first MiB (half the cache) four times: a page is published to
+    // the hit path at its second use, so the last two passes can hit it.
+    for _ in 0..4 {
         reqs.extend((0..256).map(|b| (b * 4096, 4096)));
     }
     // A stride of 2-page runs read twice (the second pass hits).
@@ -213,7 +214,7 @@ fn the_lock_free_hit_path_leaves_the_policy_deciding_as_the_locked_path_does() {
         }
         assert!(runs[0].hits > 1000, "{policy}: {:?}", runs[0]);
         assert_eq!(runs[0].lock_free_hits, 0, "{policy}: {:?}", runs[0]);
-        assert!(runs[1].lock_free_hits >= 512, "{policy}: {:?}", runs[1]);
+        assert!(runs[1].lock_free_hits >= 400, "{policy}: {:?}", runs[1]);
         runs[1].lock_free_hits = 0;
         assert_eq!(runs[0], runs[1], "{policy}: locked, then lock-free hits");
     }

@@ -5,8 +5,8 @@
 //! table, pins it (see [`super::pins`]), and then checks the frame's
 //! identity word. The word holds the page's identity only while the page is
 //! up to date, fills the whole frame, carries no lookahead marker and has
-//! been used once (a first use is counted, and may be late, under the
-//! lock); it is written only under the cache's lock, after the frame's
+//! been used twice under the lock (a first use is counted, and may be
+//! late; a page read only once, as by a cold scan, is never published); it is written only under the cache's lock, after the frame's
 //! bytes, and cleared before the frame is evicted or dropped. A reader that
 //! finds it holds its page has a pinned frame with the page's bytes; one
 //! that does not drops the pin and takes the locked path. A wrong guess

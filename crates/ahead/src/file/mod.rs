@@ -23,7 +23,7 @@
 //!
 //! Before all that, `read_at` tries the **hit path** (`File::read_hit`): a
 //! read of at most 32 pages, each up to date, whole, unmarked and used
-//! before, is copied out with no lock at all (pins and identity words, see
+//! twice before, is copied out with no lock at all (pins and identity words, see
 //! `cache::hits`). The policy would only have called `begin` and `finish`
 //! for such a request; it gets them later, in order, from a queue that the
 //! next planning empties first. So two threads hitting one cached file do
@@ -135,6 +135,9 @@ struct ServedShard {
     requests: std::sync::atomic::AtomicU64,
     bytes: std::sync::atomic::AtomicU64,
     hits: std::sync::atomic::AtomicU64,
+    /// The hit path's failures in a row on this file (see
+    /// [`File::read_hit`]).
+    hit_fails: std::sync::atomic::AtomicU32,
 }
 
 /// Requests and bytes served, and pages hit without the cache's lock,
@@ -186,6 +189,11 @@ struct FileInner {
     /// thread shard, so that two threads do not pass its cache lines back
     /// and forth on every hit.
     hits_seen: Box<[ArrayQueue<Request>]>,
+    /// Set when a request is queued in `hits_seen`, cleared by the replay:
+    /// planning skips the queues while it is clear (a cold scan queues
+    /// nothing, and looking into eight empty queues per request showed in
+    /// its profile).
+    hits_queued: std::sync::atomic::AtomicBool,
     /// Whether reads may take the hit path: the policy is consulted only
     /// at misses and marker hits (on-demand), so a request of unmarked,
     /// up-to-date pages asks nothing of it but `begin` and `finish`.
@@ -471,13 +479,23 @@ impl File {
     /// one shard); shards are taken one after the other, as if their
     /// threads' hits had come in that order.
     fn replay_hits(&self, policy: &mut dyn Policy) {
+        use std::sync::atomic::Ordering;
+        let queued = &self.inner.hits_queued;
+        // Cleared before the queues are looked at: a request queued after
+        // that sets it again for the next replay. (One whose thread saw it
+        // still set just before the clear may wait for the next request
+        // queued: seen late, never lost, and a thread's own hits keep
+        // their order.)
+        if !queued.load(Ordering::Relaxed) || !queued.swap(false, Ordering::SeqCst) {
+            return;
+        }
         for queue in self.inner.hits_seen.iter() {
             replay_queue(queue, policy);
         }
     }
 
     /// The hit path: serves a read whose pages are all up to date, whole,
-    /// unmarked and used before, without the cache's lock or the policy's
+    /// unmarked and used twice before, without the cache's lock or the policy's
     /// (see `cache::hits`). `None` if any page is not, having changed
     /// nothing: the locked path then reads it.
     ///
@@ -498,6 +516,15 @@ impl File {
         if count as usize > HIT_MAX_PAGES || count > inner.engine.max_ra_pages {
             return None;
         }
+        // A thread whose reads keep missing the hit path (a cold scan)
+        // tries it only now and then: each try costs a cache miss in the
+        // hint table.
+        let fails = &inner.served.0[shard()].hit_fails;
+        let failed = fails.load(Relaxed);
+        if failed >= HIT_FAILS_TOLERATED && failed % HIT_RETRY_EVERY != 0 {
+            fails.store(failed.wrapping_add(1), Relaxed);
+            return None;
+        }
         let cache = &inner.engine.cache;
         let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
         for k in 0..count as usize {
@@ -505,9 +532,13 @@ impl File {
                 Some(f) => frames[k] = (f, page as usize),
                 None => {
                     cache.unpin_each(frames[..k].iter().map(|&(f, _)| f));
+                    fails.store(failed.wrapping_add(1), Relaxed);
                     return None;
                 }
             }
+        }
+        if failed != 0 {
+            fails.store(0, Relaxed);
         }
         let frames = &frames[..count as usize];
         copy_out(cache, frames, offset, page, 0, buf);
@@ -522,11 +553,22 @@ impl File {
                 replay_queue(queue, policy.as_mut());
             }
         }
-        if let Err(req) = queue.push(req) {
-            let mut policy = inner.policy.lock().unwrap();
-            replay_queue(queue, policy.as_mut());
-            policy.begin(req);
-            policy.finish(req);
+        match queue.push(req) {
+            Ok(()) => {
+                // Set after the push (SeqCst, as the replay's clear), only
+                // if clear: two threads' hits then share a line they only
+                // read.
+                let queued = &inner.hits_queued;
+                if !queued.load(Relaxed) {
+                    queued.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+            Err(req) => {
+                let mut policy = inner.policy.lock().unwrap();
+                replay_queue(queue, policy.as_mut());
+                policy.begin(req);
+                policy.finish(req);
+            }
         }
         Some(buf.len())
     }
@@ -1009,6 +1051,12 @@ fn replay_queue(queue: &ArrayQueue<Request>, policy: &mut dyn Policy) {
 /// Most pages one read may span and still take the hit path (128 KiB of
 /// 4 KiB pages); larger reads copy long enough that the lock is no cost.
 const HIT_MAX_PAGES: usize = 32;
+/// Failures of the hit path in a row after which a thread tries it only
+/// once every [`HIT_RETRY_EVERY`] reads of the file.
+const HIT_FAILS_TOLERATED: u32 = 64;
+/// See [`HIT_FAILS_TOLERATED`].
+const HIT_RETRY_EVERY: u32 = 16;
+
 /// Requests the hit path may queue for the policy, per shard (see
 /// [`File::read_hit`]).
 const HITS_QUEUED: usize = 32;
