@@ -504,13 +504,33 @@ impl File {
     /// full replays it if the policy's lock is free; one that finds it
     /// full waits for the lock, so no request is ever left out.
     fn read_hit(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
+        let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
+        let (first, count) = self.pin_hits(offset, buf.len(), &mut frames)?;
+        let frames = &frames[..count];
+        let cache = &self.inner.engine.cache;
+        copy_out(cache, frames, offset, self.page(), 0, buf);
+        cache.unpin_each(frames.iter().map(|&(f, _)| f));
+        self.hit_done(first, count, buf.len());
+        Some(buf.len())
+    }
+
+    /// The hit path's first half: pins the frames of the `len` bytes at
+    /// `offset` (`len` > 0) into `frames` if every page may be read without
+    /// the lock; returns the first page and the page count. `None`, with
+    /// nothing pinned, if any may not.
+    fn pin_hits(
+        &self,
+        offset: u64,
+        len: usize,
+        frames: &mut [(u32, usize); HIT_MAX_PAGES],
+    ) -> Option<(u64, usize)> {
         use std::sync::atomic::Ordering::Relaxed;
         let inner = &*self.inner;
-        if !inner.hit_path || buf.is_empty() || inner.advised.load(Relaxed) {
+        if !inner.hit_path || len == 0 || inner.advised.load(Relaxed) {
             return None;
         }
         let page = self.page();
-        let end = offset.checked_add(buf.len() as u64)?;
+        let end = offset.checked_add(len as u64)?;
         let first = offset / page;
         let count = end.div_ceil(page) - first;
         if count as usize > HIT_MAX_PAGES || count > inner.engine.max_ra_pages {
@@ -526,7 +546,6 @@ impl File {
             return None;
         }
         let cache = &inner.engine.cache;
-        let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
         for k in 0..count as usize {
             match cache.pin_hit(inner.id, first + k as u64) {
                 Some(f) => frames[k] = (f, page as usize),
@@ -540,13 +559,18 @@ impl File {
         if failed != 0 {
             fails.store(0, Relaxed);
         }
-        let frames = &frames[..count as usize];
-        copy_out(cache, frames, offset, page, 0, buf);
-        cache.unpin_each(frames.iter().map(|&(f, _)| f));
-        inner.served.add_hits(count);
-        inner.engine.served.add_hits(count);
-        self.served(buf.len() as u64);
-        let req = Request::new(first, count);
+        Some((first, count as usize))
+    }
+
+    /// The hit path's second half: counts the request and queues it for
+    /// the policy.
+    fn hit_done(&self, first: u64, count: usize, bytes: usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let inner = &*self.inner;
+        inner.served.add_hits(count as u64);
+        inner.engine.served.add_hits(count as u64);
+        self.served(bytes as u64);
+        let req = Request::new(first, count as u64);
         let queue = &inner.hits_seen[shard()];
         if queue.len() >= queue.capacity() / 2 {
             if let Ok(mut policy) = inner.policy.try_lock() {
@@ -570,7 +594,6 @@ impl File {
                 policy.finish(req);
             }
         }
-        Some(buf.len())
     }
 
     /// Issues planned reads: readahead to the backend, demand reads inline
@@ -870,6 +893,28 @@ impl File {
                     "{len} bytes is more than half the cache ({} bytes) can lend at once",
                     budget
                 ),
+            });
+        }
+        let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
+        if let Some((_, count)) = self.pin_hits(offset, len, &mut frames) {
+            // The pins go to the lender as they are.
+            let page = page as usize;
+            let mut pos = offset;
+            let end = offset + len as u64;
+            let pages = frames[..count]
+                .iter()
+                .map(|&(f, _)| {
+                    let within = (pos % page as u64) as usize;
+                    let take = (page - within).min((end - pos) as usize);
+                    pos += take as u64;
+                    (f, within, take)
+                })
+                .collect();
+            self.hit_done(offset / page as u64, count, len);
+            return Ok(Pages {
+                engine: self.inner.engine.clone(),
+                pages,
+                len,
             });
         }
         // The pins are held by `lent` from the first run on: if a later

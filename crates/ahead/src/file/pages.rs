@@ -46,7 +46,6 @@ impl Pages {
 
 impl Drop for Pages {
     fn drop(&mut self) {
-        let ids: Vec<u32> = self.pages.iter().map(|p| p.0).collect();
-        self.engine.cache.unpin(&ids);
+        self.engine.cache.unpin_each(self.pages.iter().map(|p| p.0));
     }
 }
