@@ -77,8 +77,6 @@ fn cached_reads(c: &mut Criterion) {
     let locked = locked_engine.open(&path).unwrap();
     for b in 0..SIZE / BS {
         locked.read_at(&mut buf, b * BS).unwrap();
-        // Again: a page is published to the hit path at its second use
-        // (the 16 KiB warm-up above was the first).
         direct.read_at(&mut buf, b * BS).unwrap();
     }
     let mut g = c.benchmark_group("cached-4k-threads");

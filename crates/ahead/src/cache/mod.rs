@@ -92,9 +92,6 @@ pub(crate) enum Slot {
         marker: bool,
         /// Read ahead and not yet used by any reader.
         unused_ra: bool,
-        /// Used by a reader at least once: its next use publishes it to
-        /// the hit path (a page read once, as by a cold scan, never is).
-        used: bool,
     },
     /// The read failed with this OS error; the next reader retries.
     Failed { errno: i32 },
@@ -113,7 +110,7 @@ pub struct Stats {
     /// Pages found up to date.
     pub hits: u64,
     /// Of those, pages read on the lock-free hit path (up to date, whole,
-    /// unmarked and used twice before; see `File::read_at`).
+    /// unmarked and used before; see `File::read_at`).
     pub lock_free_hits: u64,
     /// Pages read on demand (the reader needed them and nothing had asked
     /// for them yet).
@@ -395,7 +392,7 @@ impl PageCache {
 
     /// The lock-free hit path: pins the frame holding page `index` of
     /// `file` if the page may be read without the lock (up to date, full,
-    /// unmarked, used twice before) and the hint table knows its frame. The
+    /// unmarked, used before) and the hint table knows its frame. The
     /// caller copies from it and drops the pin with [`PageCache::unpin_each`]
     /// as after a locked read.
     pub(crate) fn pin_hit(&self, file: FileId, index: u64) -> Option<u32> {
@@ -524,7 +521,6 @@ impl PageCache {
                                         len: valid as u32,
                                         marker,
                                         unused_ra: speculative,
-                                        used: false,
                                     },
                                 );
                                 inner.eviction.insert(frame);
@@ -879,7 +875,6 @@ pub(crate) fn collect(
                 len,
                 unused_ra,
                 marker,
-                used,
             }) => {
                 let was_demand = demand.iter().any(|&(s, n)| i >= s && i < s + n);
                 if *unused_ra {
@@ -901,15 +896,13 @@ pub(crate) fn collect(
                 cache.pin(*frame);
                 eviction.touch(*frame);
                 let valid = (*len as u64).min(fp.size.saturating_sub(i * page)) as usize;
-                // Used before, and whole: later hits may skip the lock. Not
-                // at the first use: most pages of a cold scan have no second,
-                // and publishing costs a store and a cache miss per page.
-                if *used && !*marker && valid == cache.page {
+                // Used once (counted above), and whole: later hits may skip
+                // the lock.
+                if !*marker && valid == cache.page {
                     if let Some(id) = hits::identity(file, i) {
                         cache.hits.publish(*frame, id);
                     }
                 }
-                *used = true;
                 got.push((*frame, valid));
                 i += 1;
                 if valid < cache.page {

@@ -71,7 +71,7 @@ pub struct EngineConfig {
     /// (io_uring's fixed buffers), so the kernel does not pin the pages of
     /// every read. On by default; off compares the two.
     pub registered_buffers: bool,
-    /// Serve reads whose pages are all cached and used twice before without the
+    /// Serve reads whose pages are all cached and used before without the
     /// cache's lock or the policy's (the policy sees them later, in order).
     /// On by default; off compares the two.
     pub lock_free_hits: bool,

@@ -23,7 +23,7 @@
 //!
 //! Before all that, `read_at` tries the **hit path** (`File::read_hit`): a
 //! read of at most 32 pages, each up to date, whole, unmarked and used
-//! twice before, is copied out with no lock at all (pins and identity words, see
+//! before, is copied out with no lock at all (pins and identity words, see
 //! `cache::hits`). The policy would only have called `begin` and `finish`
 //! for such a request; it gets them later, in order, from a queue that the
 //! next planning empties first. So two threads hitting one cached file do
@@ -495,7 +495,7 @@ impl File {
     }
 
     /// The hit path: serves a read whose pages are all up to date, whole,
-    /// unmarked and used twice before, without the cache's lock or the policy's
+    /// unmarked and used before, without the cache's lock or the policy's
     /// (see `cache::hits`). `None` if any page is not, having changed
     /// nothing: the locked path then reads it.
     ///
