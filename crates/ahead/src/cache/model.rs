@@ -127,7 +127,7 @@ impl Model {
             let word = self.ident[f as usize].swap(0, Ordering::SeqCst);
             if self.pins.is_pinned(f) {
                 if word != 0 {
-                    self.ident[f as usize].store(word, Ordering::SeqCst);
+                    self.ident[f as usize].store(word, Ordering::Release);
                 }
                 false
             } else {
@@ -151,7 +151,7 @@ impl Model {
                 Some(Page::Ready(frame)) => {
                     self.pins.pin(frame);
                     // Used once: later hits may skip the lock (`collect`).
-                    self.ident[frame as usize].store(page + 1, Ordering::SeqCst);
+                    self.ident[frame as usize].store(page + 1, Ordering::Release);
                     self.hint[page as usize].store(frame + 1, Ordering::Relaxed);
                     drop(s);
                     self.holders[frame as usize].fetch_add(1, Ordering::SeqCst);
