@@ -498,7 +498,7 @@ impl PageCache {
                             // under the lock only (it clips them).
                             for (&index, slot) in &fp.pages {
                                 if let Slot::Ready { frame, .. } = slot {
-                                    if (index + 1) * page > end {
+                                    if (index + 1).saturating_mul(page) > end {
                                         self.hits.retract(*frame);
                                     }
                                 }
