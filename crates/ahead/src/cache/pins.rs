@@ -18,8 +18,9 @@
 //! Pins are dropped without the lock. A frame whose page is dropped while
 //! pinned — its file closed or found changed — is marked an orphan, and
 //! whichever of the drop and the last unpin comes second frees it, exactly
-//! once. Every change is one compare-and-swap from a count that was read, so
-//! no step ever overwrites a pin taken in between. The protocol is generic
+//! once. A pin is one `fetch_add`; an unpin or an orphaning is one
+//! compare-and-swap from the count it read, so no step ever overwrites a
+//! pin taken in between. The protocol is generic
 //! over the atomic so that `model` can check it under shuttle's scheduler.
 
 use std::sync::atomic::{AtomicU32, Ordering};
