@@ -229,6 +229,79 @@ fn the_lock_free_hit_path_leaves_the_policy_deciding_as_the_locked_path_does() {
 }
 
 #[test]
+fn lock_free_hits_racing_refreshes_and_eviction_return_the_right_bytes() {
+    // Two readers hit a file's cached pages without the lock while a third
+    // thread keeps touching the file and refreshing it (every cached page
+    // dropped, frames orphaned or freed and reused) and a fourth reads
+    // another file through the same small cache (eviction). The bytes never
+    // change, so any stale or reused frame a reader kept would show as a
+    // wrong byte.
+    let dir = scratch();
+    let size = 1u64 << 20;
+    let path = gen(dir.path(), "hot", size);
+    let other = gen(dir.path(), "cold", 4 << 20);
+    for backend in [BackendKind::Pool, BackendKind::Uring] {
+        if backend == BackendKind::Uring && ahead::io::uring::Uring::new(1).is_err() {
+            eprintln!("SKIP io_uring: unavailable");
+            continue;
+        }
+        let engine = small(backend, PolicyKind::Ahead);
+        let hot = engine.open(&path).unwrap();
+        let cold = engine.open(&other).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut refreshes = 0u32;
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let (hot, stop) = (&hot, &stop);
+                    s.spawn(move || {
+                        let mut rng = fastrand::Rng::with_seed(t);
+                        let mut buf = vec![0u8; 8192];
+                        let mut reads = 0u64;
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            let off = rng.u64(0..size / 4096) * 4096;
+                            let len = rng.u64(1..=8192).min(size - off);
+                            let n = hot.read_at(&mut buf[..len as usize], off).unwrap();
+                            check_read("hot", &buf, n, off, len, size);
+                            reads += 1;
+                        }
+                        reads
+                    })
+                })
+                .collect();
+            let evictor = s.spawn(|| {
+                let mut buf = vec![0u8; 65536];
+                let mut off = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let n = cold.read_at(&mut buf, off).unwrap();
+                    check_read("cold", &buf, n, off, 65536, 4 << 20);
+                    off = (off + 65536) % (4 << 20);
+                }
+            });
+            let start = std::time::Instant::now();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            while start.elapsed() < std::time::Duration::from_millis(1500) {
+                let t = std::time::SystemTime::UNIX_EPOCH
+                    + std::time::Duration::from_secs(1_000_000 + refreshes as u64);
+                f.set_modified(t).unwrap();
+                if hot.refresh().unwrap().changed {
+                    refreshes += 1;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let reads: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+            evictor.join().unwrap();
+            assert!(reads > 1000, "{backend:?}: {reads} reads");
+        });
+        let s = hot.stats();
+        assert!(refreshes > 100, "{backend:?}: {refreshes} refreshes");
+        assert!(s.lock_free_hits > 0, "{backend:?}: {s:?}");
+        assert_eq!(engine.pinned_frames(), 0, "{backend:?}");
+    }
+}
+
+#[test]
 fn odd_sizes_read_whole() {
     let dir = scratch();
     for size in [0u64, 1, 4095, 4096, 4097, 65_537, (1 << 20) + 3] {
