@@ -408,11 +408,6 @@ impl PageCache {
         }
     }
 
-    /// Drops pins taken by a reader.
-    pub(crate) fn unpin(&self, frames: &[u32]) {
-        self.unpin_each(frames.iter().copied());
-    }
-
     /// Drops pins taken by a reader, given as an iterator (no list made).
     pub(crate) fn unpin_each(&self, frames: impl Iterator<Item = u32>) {
         for f in frames {

@@ -896,21 +896,17 @@ impl File {
             });
         }
         let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
-        if let Some((_, count)) = self.pin_hits(offset, len, &mut frames) {
+        if let Some((first, count)) = self.pin_hits(offset, len, &mut frames) {
             // The pins go to the lender as they are.
-            let page = page as usize;
-            let mut pos = offset;
-            let end = offset + len as u64;
-            let pages = frames[..count]
-                .iter()
-                .map(|&(f, _)| {
-                    let within = (pos % page as u64) as usize;
-                    let take = (page - within).min((end - pos) as usize);
-                    pos += take as u64;
-                    (f, within, take)
-                })
-                .collect();
-            self.hit_done(offset / page as u64, count, len);
+            let mut pages = Vec::with_capacity(count);
+            lend(
+                &frames[..count],
+                offset,
+                offset + len as u64,
+                page,
+                &mut pages,
+            );
+            self.hit_done(first, count, len);
             return Ok(Pages {
                 engine: self.inner.engine.clone(),
                 pages,
@@ -935,13 +931,7 @@ impl File {
             }
             let demand = self.start_piece(at, piece, Issue::Inline);
             let n = self.walk(at, piece, demand, &mut |frames, from| {
-                let mut pos = at + from;
-                for &(f, valid) in frames {
-                    let within = (pos % page) as usize;
-                    let take = (valid.saturating_sub(within) as u64).min(at + piece - pos) as usize;
-                    lent.pages.push((f, within, take));
-                    pos += take as u64;
-                }
+                lend(frames, at + from, at + piece, page, &mut lent.pages);
                 true
             })?;
             done += n;
@@ -959,7 +949,7 @@ impl File {
             .collect();
         if !empty.is_empty() {
             lent.pages.retain(|p| p.2 > 0);
-            self.inner.engine.cache.unpin(&empty);
+            self.inner.engine.cache.unpin_each(empty.into_iter());
         }
         lent.len = done as usize;
         self.served(done);
@@ -1082,6 +1072,24 @@ fn copy_out(
         buf[out..out + n].copy_from_slice(&cache.frame_bytes(f, valid)[within..within + n]);
         out += n;
         at += n as u64;
+    }
+}
+
+/// Appends to `out` what pinned `(frame, valid bytes)` pages lend of the
+/// bytes from `pos` (in the first of them) to `end`: `(frame, start within
+/// it, length)`, a length of 0 for a page that has none of them.
+fn lend(
+    frames: &[(u32, usize)],
+    mut pos: u64,
+    end: u64,
+    page: u64,
+    out: &mut Vec<(u32, usize, usize)>,
+) {
+    for &(f, valid) in frames {
+        let within = (pos % page) as usize;
+        let take = (valid.saturating_sub(within) as u64).min(end - pos) as usize;
+        out.push((f, within, take));
+        pos += take as u64;
     }
 }
 
