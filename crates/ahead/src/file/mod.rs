@@ -590,8 +590,7 @@ impl File {
             Err(req) => {
                 let mut policy = inner.policy.lock().unwrap();
                 replay_queue(queue, policy.as_mut());
-                policy.begin(req);
-                policy.finish(req);
+                replay(policy.as_mut(), req);
             }
         }
     }
@@ -1096,9 +1095,14 @@ fn lend(
 /// Replays one queue of hit-path requests (caller holds the policy's lock).
 fn replay_queue(queue: &ArrayQueue<Request>, policy: &mut dyn Policy) {
     while let Some(req) = queue.pop() {
-        policy.begin(req);
-        policy.finish(req);
+        replay(policy, req);
     }
+}
+
+/// What `ra::drive` does for a request of up-to-date, unmarked pages.
+fn replay(policy: &mut dyn Policy, req: Request) {
+    policy.begin(req);
+    policy.finish(req);
 }
 
 /// Most pages one read may span and still take the hit path (128 KiB of
