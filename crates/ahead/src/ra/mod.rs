@@ -56,6 +56,7 @@
 //! * A purely random pattern never reads beyond the requested pages.
 //! * Policies do no I/O, read no clock and allocate nothing per decision.
 
+pub mod accuracy;
 pub mod ahead;
 pub mod hints;
 pub mod legacy;
@@ -269,6 +270,15 @@ pub trait CacheView {
     fn capacity_pages(&self) -> Option<u64> {
         None
     }
+    /// What one more device request costs, in pages the device could
+    /// transfer in the same time (its bandwidth × the time it spends per
+    /// request: an IOPS cap's share of a bandwidth cap, a disk's rotation),
+    /// if the engine knows. A gap of fewer pages is cheaper to read through
+    /// than to skip. `None`: unknown, and the policies assume
+    /// [`ahead::MERGE_GAP`].
+    fn request_cost_pages(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Facts that engines report to policies after the fact.
@@ -336,6 +346,14 @@ pub trait Policy: Send {
     fn finish(&mut self, _req: Request) {}
     /// Facts observed by the engine.
     fn feedback(&mut self, _event: Feedback) {}
+    /// Whether speculative pages are out whose use the policy is counting
+    /// ([`accuracy`]). An engine that skips [`Policy::begin`] for requests
+    /// it serves from its cache without a marker (Buffered mode's hints)
+    /// must not skip it while this is true, or the policy sees its
+    /// readahead go unread.
+    fn outstanding(&self) -> bool {
+        false
+    }
     /// The policy's view of the streams it tracks, one line each (for
     /// reports such as `ahead run --stats`); empty for policies that keep
     /// one state per file.

@@ -111,8 +111,8 @@ impl PageTable for Table {
 }
 
 /// Records every decision of the wrapped policy.
-struct Recording {
-    inner: Box<dyn Policy>,
+pub(crate) struct Recording {
+    pub(crate) inner: Box<dyn Policy>,
     triggers: Vec<u64>,
 }
 
@@ -171,7 +171,7 @@ pub fn check_window(w: &Window, req: Request, trigger: Trigger, max: u64) {
 
 /// A policy driven over a [`Table`].
 pub struct Sim {
-    policy: Recording,
+    pub(crate) policy: Recording,
     pub cache: Table,
 }
 
