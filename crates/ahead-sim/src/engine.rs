@@ -212,6 +212,8 @@ struct Core {
     stats: PhaseStats,
     /// Requests issued so far (numbers the current one).
     request_seq: u64,
+    /// The device's cost of one more request, in pages.
+    request_cost_pages: u64,
 }
 
 /// The simulator engine.
@@ -234,6 +236,7 @@ impl Engine {
             .iter()
             .map(|_| ra::new_policy(cfg.policy, cfg.ra))
             .collect();
+        let request_cost_pages = device.request_cost_pages(cfg.page_size);
         Engine {
             core: Core {
                 now: 0.0,
@@ -257,6 +260,7 @@ impl Engine {
                 phase_start: 0.0,
                 stats: PhaseStats::default(),
                 request_seq: 0,
+                request_cost_pages,
                 cfg,
             },
             policies,
@@ -692,6 +696,9 @@ impl CacheView for FileTable<'_> {
     }
     fn capacity_pages(&self) -> Option<u64> {
         Some(self.core.cfg.memory_pages)
+    }
+    fn request_cost_pages(&self) -> Option<u64> {
+        Some(self.core.request_cost_pages)
     }
 }
 

@@ -144,9 +144,10 @@ pub(super) struct KernelFile {
     /// Where the previous request ended: a request that starts there is a
     /// plain forward stream, which the kernel's readahead follows itself.
     last_end: AtomicU64,
-    /// Whether the hint table has a lookahead marker out (a cached read
-    /// that cannot hit one skips the table's lock).
-    any_marker: AtomicBool,
+    /// Whether the hint policy wants cached reads too (a lookahead marker
+    /// is out, or hinted pages whose use it counts): if not, a cached read
+    /// skips the table's lock.
+    wants_cached: AtomicBool,
     counters: Counters,
 }
 
@@ -223,7 +224,7 @@ impl KernelFile {
             hinter: if hints.is_some() { hinter } else { None },
             hints,
             last_end: AtomicU64::new(0),
-            any_marker: AtomicBool::new(false),
+            wants_cached: AtomicBool::new(false),
             counters: Counters::default(),
         }
     }
@@ -250,7 +251,7 @@ impl KernelFile {
     pub(super) fn set_size(&self, size: u64) {
         if let Some(h) = &self.hints {
             h.lock().unwrap_or_else(|p| p.into_inner()).set_size(size);
-            self.any_marker.store(false, Ordering::Relaxed);
+            self.wants_cached.store(false, Ordering::Relaxed);
         }
     }
 
@@ -342,15 +343,17 @@ impl KernelFile {
         };
         let end = offset + len as u64;
         let sequential = self.last_end.swap(end, Ordering::Relaxed) == offset;
-        if cached && !self.any_marker.load(Ordering::Relaxed) {
-            // No marker is out: a hit cannot be one (and takes no lock).
+        if cached && !self.wants_cached.load(Ordering::Relaxed) {
+            // No marker and no hint is out: a hit is no news to the
+            // policy (and takes no lock).
             return;
         }
         let mut runs = Vec::new();
         let pages = {
             let mut g = h.lock().unwrap_or_else(|p| p.into_inner());
             let pages = g.request(offset, len as u64, cached, sequential, &mut runs);
-            self.any_marker.store(g.has_marker(), Ordering::Relaxed);
+            self.wants_cached
+                .store(g.wants_cached_requests(), Ordering::Relaxed);
             pages
         };
         if runs.is_empty() {

@@ -58,10 +58,12 @@ impl Hinter {
         self.table.marked.clear();
     }
 
-    /// Whether a lookahead marker is out (a request the caller knows to be
-    /// cached can only matter to the policy if it lands on one).
-    pub fn has_marker(&self) -> bool {
-        !self.table.marked.is_empty()
+    /// Whether a request the caller knows to be cached matters to the
+    /// policy: a lookahead marker is out (it may land on one), or hinted
+    /// pages are out whose use the policy counts ([`Policy::outstanding`]:
+    /// without those requests it would see its hints go unread).
+    pub fn wants_cached_requests(&self) -> bool {
+        !self.table.marked.is_empty() || self.policy.outstanding()
     }
 
     /// The policy's name.
@@ -94,6 +96,13 @@ impl Hinter {
         let first = offset / page;
         let count = end.div_ceil(page) - first;
         if cached && !(first..first + count).any(|p| self.table.marked.contains(&p)) {
+            if self.policy.outstanding() {
+                // What `drive` does for a request of cached, unmarked
+                // pages: the policy sees it (and credits its windows).
+                let req = Request::new(first, count.max(1));
+                self.policy.begin(req);
+                self.policy.finish(req);
+            }
             return 0;
         }
         if self.table.present.len() > TABLE_PAGES {
@@ -187,6 +196,6 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(h.request(1 << 20, 4096, true, false, &mut out), 0);
         assert!(out.is_empty());
-        assert!(!h.has_marker());
+        assert!(!h.wants_cached_requests());
     }
 }
