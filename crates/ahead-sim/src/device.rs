@@ -56,6 +56,7 @@
 //! bandwidth`. The `net` preset is a remote object store: a round trip of
 //! milliseconds, modest bandwidth, many concurrent requests.
 
+use ahead::ra::DeviceCost;
 use std::fmt;
 use std::str::FromStr;
 
@@ -82,10 +83,9 @@ pub trait Device {
     }
     /// Short description of the model and its parameters.
     fn describe(&self) -> String;
-    /// What one more I/O costs this device beyond its bytes, in pages of
-    /// `page_size` it could transfer in that time (what a readahead policy
-    /// weighs a stride gap against: [`ahead::ra::CacheView::request_cost_pages`]).
-    fn request_cost_pages(&self, page_size: u64) -> u64;
+    /// What it charges, in pages of `page_size` (what a readahead policy
+    /// weighs its windows against: [`ahead::ra::DeviceCost`]).
+    fn cost(&self, page_size: u64) -> DeviceCost;
 }
 
 /// The device models.
@@ -270,11 +270,20 @@ impl Device for Capped {
         )
     }
 
-    /// An I/O takes 1 ÷ IOPS of the IOPS cap, in which the bandwidth cap
-    /// passes bandwidth ÷ IOPS bytes: a cloud volume's 200 MiB/s ÷ 5000
-    /// is 41.9 KB, 10 pages of 4 KiB.
-    fn request_cost_pages(&self, page_size: u64) -> u64 {
-        (self.p.bps / self.p.iops / page_size as f64) as u64
+    /// * request: an I/O takes 1 ÷ IOPS of the IOPS cap, in which the
+    ///   bandwidth cap passes bandwidth ÷ IOPS bytes (a cloud volume's
+    ///   200 MiB/s ÷ 5000 is 41.9 KB, 10 pages of 4 KiB);
+    /// * latency: the device's, or the IOPS cap's interval if longer;
+    /// * parallelism: what the IOPS cap lets a reader keep in flight
+    ///   (Little's law: IOPS × latency, 1.2 for `fast`), rounded up, plus
+    ///   one: more only wait for the cap.
+    fn cost(&self, page_size: u64) -> DeviceCost {
+        let page = page_size as f64;
+        DeviceCost {
+            request_pages: (self.p.bps / self.p.iops / page) as u64,
+            latency_pages: (self.p.latency.max(1.0 / self.p.iops) * self.p.bps / page) as u64,
+            parallelism: (self.p.iops * self.p.latency).ceil() as u64 + 1,
+        }
     }
 }
 
@@ -545,13 +554,18 @@ impl Device for Hdd {
         1
     }
 
-    /// Half a revolution at the media rate: a request that misses the
-    /// head waits that long on average (4.2 ms at 7200 rpm, 63 pages of
-    /// 4 KiB at 62 MB/s).
-    fn request_cost_pages(&self, page_size: u64) -> u64 {
-        let revolution = 60.0 / self.p.rpm;
-        let rate = self.p.track_bytes as f64 / revolution;
-        (revolution / 2.0 * rate / page_size as f64) as u64
+    /// Nothing, for the requests and waits a stride makes: the drive reads
+    /// whole tracks into its buffer ([`HddParams::buffer_tracks`]), so a
+    /// request a short gap after the last one is served from the buffer,
+    /// and reading the gap instead only costs its bytes. (A random request
+    /// costs half a revolution, 4.2 ms, but no rule reads through to save
+    /// one.) One request at a time.
+    fn cost(&self, _page_size: u64) -> DeviceCost {
+        DeviceCost {
+            request_pages: 0,
+            latency_pages: 0,
+            parallelism: 1,
+        }
     }
 
     fn elevator_head(&self) -> Option<u64> {
@@ -650,10 +664,15 @@ impl Device for Pipe {
 
     /// Latencies overlap across the queue: an I/O holds the device for its
     /// latency ÷ queue depth beyond its bytes (ssd: 2.5 µs, under a page;
-    /// net: 1.25 ms, 30 pages).
-    fn request_cost_pages(&self, page_size: u64) -> u64 {
-        let held = self.p.latency / self.p.queue_depth as f64;
-        (held * self.p.bandwidth / page_size as f64) as u64
+    /// net: 1.25 ms, 30 pages); a reader waits the whole latency (ssd: 80
+    /// µs, 9 pages); its queue depth.
+    fn cost(&self, page_size: u64) -> DeviceCost {
+        let pages = |t: f64| (t * self.p.bandwidth / page_size as f64) as u64;
+        DeviceCost {
+            request_pages: pages(self.p.latency / self.p.queue_depth as f64),
+            latency_pages: pages(self.p.latency),
+            parallelism: self.p.queue_depth as u64,
+        }
     }
 
     fn start(&mut self, now: f64, io: DevIo) -> f64 {

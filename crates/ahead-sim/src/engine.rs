@@ -20,8 +20,8 @@
 
 use crate::device::{DevIo, Device};
 use ahead::ra::{
-    self, CacheView, Feedback, Lookup, PageTable, Policy, PolicyKind, RaConfig, Request, Shadow,
-    Window,
+    self, CacheView, DeviceCost, Feedback, Lookup, PageTable, Policy, PolicyKind, RaConfig,
+    Request, Shadow, Window,
 };
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
@@ -212,8 +212,8 @@ struct Core {
     stats: PhaseStats,
     /// Requests issued so far (numbers the current one).
     request_seq: u64,
-    /// The device's cost of one more request, in pages.
-    request_cost_pages: u64,
+    /// What the device charges.
+    device_cost: DeviceCost,
 }
 
 /// The simulator engine.
@@ -236,7 +236,7 @@ impl Engine {
             .iter()
             .map(|_| ra::new_policy(cfg.policy, cfg.ra))
             .collect();
-        let request_cost_pages = device.request_cost_pages(cfg.page_size);
+        let device_cost = device.cost(cfg.page_size);
         Engine {
             core: Core {
                 now: 0.0,
@@ -260,7 +260,7 @@ impl Engine {
                 phase_start: 0.0,
                 stats: PhaseStats::default(),
                 request_seq: 0,
-                request_cost_pages,
+                device_cost,
                 cfg,
             },
             policies,
@@ -697,8 +697,8 @@ impl CacheView for FileTable<'_> {
     fn capacity_pages(&self) -> Option<u64> {
         Some(self.core.cfg.memory_pages)
     }
-    fn request_cost_pages(&self) -> Option<u64> {
-        Some(self.core.request_cost_pages)
+    fn device_cost(&self) -> Option<DeviceCost> {
+        Some(self.core.device_cost)
     }
 }
 

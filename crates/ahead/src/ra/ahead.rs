@@ -110,6 +110,16 @@ pub const MAX_STRIDE_PERIOD: u64 = 4096;
 /// costs, so the same holds there.
 pub const MERGE_GAP: u64 = 16;
 
+/// Most runs in a strided window that does not read through its gaps:
+/// each run is a device request of its own, and 32 is as many as a SATA
+/// SSD serves at once (NCQ); more only queue behind the reader's other
+/// reads (on a disk, one at a time) and are wasted when the stream stops.
+/// A window of the maximum size in single-page runs was 512 requests; on
+/// the hdd model, a stride mixed with a scan ran at half `ondemand`'s
+/// speed with it (the generated-pattern test, `tests/families.rs` of
+/// ahead-sim).
+pub const STRIDE_MAX_RUNS: u64 = 32;
+
 /// ...and only while reading through at most quadruples the bytes read
 /// (period ≤ 4 × run). A 4 KiB record every 68 KiB is within
 /// [`MERGE_GAP`] but would read 17 times what is wanted; in the simulator's
@@ -118,33 +128,108 @@ pub const MERGE_GAP: u64 = 16;
 /// reading the records alone).
 pub const MAX_READ_THROUGH: u64 = 4;
 
-/// Whether a gap of `period - run` pages is read through rather than
-/// skipped: it is at most `merge_gap` pages ([`MERGE_GAP`], or what the
-/// device says one more request costs) and reading it at most multiplies
-/// the bytes by [`MAX_READ_THROUGH`].
-fn read_through(run: u64, period: u64, merge_gap: Option<u64>) -> bool {
-    merge_gap.is_some_and(|gap| period - run <= gap && period <= MAX_READ_THROUGH * run)
+/// Whether a stride's gaps are read through rather than skipped: reading
+/// it at most multiplies the bytes by [`MAX_READ_THROUGH`], and
+/// * on a device whose cost of a request is known (`Through::Cost`), a
+///   whole period costs no more than one more request: a device capped in
+///   IOPS and bandwidth spends the two budgets side by side, so a run read
+///   on its own costs one request whatever its size, and reading through is
+///   only cheaper while the period's bytes pass in that time (on a cloud
+///   volume, 10 pages; a stride of 3 pages every 11 read through ran no
+///   faster and read 1.6 times the bytes, in the generated-pattern test);
+/// * else the gap is at most [`MERGE_GAP`] pages (`Through::Gap`), as
+///   measured on the development disk.
+fn read_through(run: u64, period: u64, through: Through) -> bool {
+    let cheap = match through {
+        Through::Never => false,
+        Through::Cost(pages) => period <= pages,
+        Through::Gap(pages) => period - run <= pages,
+    };
+    cheap && period <= MAX_READ_THROUGH * run
+}
+
+/// When stride gaps are read through ([`read_through`]).
+#[derive(Clone, Copy, Debug)]
+enum Through {
+    /// Never (the runs of a sweep are already sized to the cache).
+    Never,
+    /// Periods of at most this many pages: one request's cost.
+    Cost(u64),
+    /// Gaps of at most this many pages.
+    Gap(u64),
+}
+
+/// Where the device's costs are known, a stride is read through only where
+/// that is cheaper by this factor (two): a period that costs at most half
+/// a request ([`DeviceCost::request_pages`]); an irregular stride's gap at
+/// most a quarter of the latency a reader waits
+/// ([`DeviceCost::latency_pages`], twice the margin: the kernel's own
+/// readahead already follows gaps of one page, so less is left to gain).
+/// At a margin of one the trade often came out even in time while the
+/// bytes grew 1.3–3.5 times (the generated-pattern test: a 3-page stride
+/// every 10 pages on the `cloud` profile, a jittered 2-page stride mixed
+/// with a scan on `fast`): the gaps' bytes take bandwidth that other reads
+/// of the same reader share, while those reads hide some of the latency.
+///
+/// [`DeviceCost::request_pages`]: super::DeviceCost::request_pages
+/// [`DeviceCost::latency_pages`]: super::DeviceCost::latency_pages
+const THROUGH_MARGIN: u64 = 2;
+
+/// How far a stream's windows may reach on this device: which stride gaps
+/// they read through, and the most runs a strided window that skips its
+/// gaps may hold.
+#[derive(Clone, Copy, Debug)]
+struct Reach {
+    through: Through,
+    /// For an irregular stride, whose alternative is not runs read ahead
+    /// but requests waited for: gaps cheaper to read than a request's
+    /// latency ([`super::DeviceCost::latency_pages`]).
+    irregular: Through,
+    max_runs: u64,
+}
+
+impl Reach {
+    /// From what the engine knows of its device: [`MERGE_GAP`] and
+    /// [`STRIDE_MAX_RUNS`] where it knows nothing; runs for twice the
+    /// requests the device serves at once (one window being read while the
+    /// next is issued) where it knows that.
+    fn of(view: &dyn CacheView) -> Reach {
+        let cost = view.device_cost();
+        Reach {
+            through: cost.map_or(Through::Gap(MERGE_GAP), |c| {
+                Through::Cost(c.request_pages / THROUGH_MARGIN)
+            }),
+            irregular: cost.map_or(Through::Gap(MERGE_GAP), |c| {
+                Through::Gap(c.latency_pages / (2 * THROUGH_MARGIN))
+            }),
+            max_runs: cost.map_or(STRIDE_MAX_RUNS, |c| {
+                (2 * c.parallelism).clamp(1, STRIDE_MAX_RUNS)
+            }),
+        }
+    }
 }
 
 /// A strided window of `runs` runs from `start`, or, if the gap is cheaper
 /// to read through than to skip ([`read_through`]), a forward window of
 /// whole periods (so that consecutive windows tile the file) reading no
-/// more pages than the `runs * run` it was granted. `merge_gap: None` never
-/// reads through.
+/// more pages than the `runs * run` it was granted. A window that skips its
+/// gaps holds at most `reach.max_runs` runs.
 fn strided_window(
     start: u64,
     run: u64,
     period: u64,
     runs: u64,
     async_runs: u64,
-    merge_gap: Option<u64>,
+    reach: Reach,
 ) -> Window {
     let granted = runs * run;
-    if read_through(run, period, merge_gap) && granted >= period {
+    if read_through(run, period, reach.through) && granted >= period {
         let periods = granted / period;
         let async_periods = (async_runs * run).div_ceil(period).min(periods);
         return Window::forward(start, periods * period, async_periods * period);
     }
+    let runs = runs.min(reach.max_runs);
+    let async_runs = async_runs.min(runs);
     let size = (runs - 1) * period + run;
     let async_size = if async_runs == 0 {
         0
@@ -279,6 +364,9 @@ struct Stream {
     held: bool,
     /// Exact continuations in a row while held.
     rearm: u32,
+    /// A gap of this stream has moved ([`Match::Jitter`]): it stays an
+    /// irregular stride, never predicted page by page again.
+    jittered: bool,
 }
 
 impl Stream {
@@ -300,6 +388,7 @@ impl Stream {
         ledger: Ledger::EMPTY,
         held: false,
         rearm: 0,
+        jittered: false,
     };
 
     fn owns(&self, index: u64) -> Option<u64> {
@@ -667,20 +756,25 @@ impl Ahead {
         &mut self,
         slot: usize,
         view: &dyn CacheView,
-    ) -> Option<(Direction, Option<u64>)> {
+    ) -> Option<(Direction, Reach)> {
         let s = self.streams[slot];
-        let merge_gap = Some(view.request_cost_pages().unwrap_or(MERGE_GAP));
+        let reach = Reach::of(view);
         let cols = self.sweep_columns(&s, view);
         match (s.direction, &mut self.streams[slot].sweep) {
             (Direction::Strided { run, period }, Some(w)) => {
                 w.cols = cols;
                 let run = run + cols * w.step;
-                Some((Direction::Strided { run, period }, None))
+                let sweep = Reach {
+                    through: Through::Never,
+                    irregular: Through::Never,
+                    max_runs: STRIDE_MAX_RUNS,
+                };
+                Some((Direction::Strided { run, period }, sweep))
             }
             (Direction::Irregular { run, period }, _) => {
-                read_through(run, period, merge_gap).then_some((Direction::Forward, merge_gap))
+                read_through(run, period, reach.irregular).then_some((Direction::Forward, reach))
             }
-            (d, _) => Some((d, merge_gap)),
+            (d, _) => Some((d, reach)),
         }
     }
 
@@ -691,14 +785,13 @@ impl Ahead {
     /// A window of the stream's shape holding about `pages` pages read,
     /// starting at the request (forward, strided) or ending with it
     /// (backward). Always holds the whole request.
-    /// `merge_gap: None` never reads through stride gaps (the runs of a
-    /// sweep are already widened to what the cache holds).
+    /// `reach` bounds a strided window ([`Reach`]).
     fn shaped(
         direction: Direction,
         req: Request,
         pages: u64,
         async_pages: u64,
-        merge_gap: Option<u64>,
+        reach: Reach,
     ) -> Window {
         let pages = pages.max(req.count);
         match direction {
@@ -717,7 +810,7 @@ impl Ahead {
                 // The first run holds the request: the marker goes on a
                 // later one.
                 let async_runs = async_pages.div_ceil(run).min(runs - 1);
-                strided_window(req.index, run, period, runs, async_runs, merge_gap)
+                strided_window(req.index, run, period, runs, async_runs, reach)
             }
             Direction::Forward | Direction::Unknown | Direction::Irregular { .. } => {
                 Window::forward(req.index, pages, async_pages.min(pages))
@@ -727,12 +820,7 @@ impl Ahead {
 
     /// The window after `prev` in the stream's direction, holding `pages`
     /// pages, all of it asynchronous.
-    fn following(
-        direction: Direction,
-        prev: &Window,
-        pages: u64,
-        merge_gap: Option<u64>,
-    ) -> Option<Window> {
+    fn following(direction: Direction, prev: &Window, pages: u64, reach: Reach) -> Option<Window> {
         match direction {
             Direction::Backward => {
                 if prev.start == 0 {
@@ -756,7 +844,7 @@ impl Ahead {
                     period,
                     runs,
                     runs,
-                    merge_gap,
+                    reach,
                 ))
             }
             Direction::Forward | Direction::Unknown | Direction::Irregular { .. } => {
@@ -781,22 +869,18 @@ impl Ahead {
 
     fn on_miss(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
         let Some(slot) = self.current else {
-            return Some(self.dense_or_as_is(req, view));
+            return Some(self.fallback(req, view));
         };
         let s = self.streams[slot];
-        if s.direction == Direction::Unknown {
-            // Not (yet) a stream: read as is, or the rest of a dense region.
-            return Some(self.dense_or_as_is(req, view));
-        }
-        if s.holding() {
-            // Its speculation did not pay: the request as a random one.
-            return Some(self.dense_or_as_is(req, view));
+        if s.direction == Direction::Unknown || s.holding() {
+            // Not (yet) a stream, or one whose speculation did not pay.
+            return Some(self.fallback(req, view));
         }
         let max = self.effective_max(&s);
         // Thrashing: readahead pages of this stream were evicted before use.
         let thrashed = view.shadow(req.index).is_some_and(|sh| sh.evicted_unused);
-        let Some((direction, through)) = self.reading_direction(slot, view) else {
-            return Some(self.dense_or_as_is(req, view));
+        let Some((direction, reach)) = self.reading_direction(slot, view) else {
+            return Some(self.fallback(req, view));
         };
         // A widened run takes a window of at least two runs, so that the
         // marker sits on the second.
@@ -818,7 +902,7 @@ impl Ahead {
                 .max(MIN_WINDOW)
                 .min(self.effective_max(&st))
                 .max(min_pages);
-            let w = Self::shaped(direction, req, pages, pages / 2, through);
+            let w = Self::shaped(direction, req, pages, pages / 2, reach);
             return Some(self.record(slot, w, req));
         }
         let pages = if s.window.is_none() || s.size == 0 {
@@ -842,7 +926,72 @@ impl Ahead {
         } else {
             pages
         };
-        let w = Self::shaped(direction, req, pages, async_pages, through);
+        let w = Self::shaped(direction, req, pages, async_pages, reach);
+        Some(self.record(slot, w, req))
+    }
+
+    /// Whether the dense-region rule may act on this file: it fits the
+    /// cache twice over ([`DENSE_CACHE_SHARE`]) and the rule has not turned
+    /// itself off. In such a file it takes the place of the kernel's
+    /// context readahead: both read what the cache's density says the
+    /// reader is after (with both, 0.23–0.28 of the readahead on the large
+    /// sqlite3 index range trace was wasted, against 0.16 with one).
+    fn dense_applies(&self, view: &dyn CacheView) -> bool {
+        self.dense_fits(view) && self.dense.share > 1
+    }
+
+    /// Whether the file is one the dense-region rule is for (it fits the
+    /// cache twice over). In such a file, the kernel's context readahead
+    /// is not used even once the dense rule has turned itself off: both
+    /// read ahead on the cache's density, and the dense rule's evidence
+    /// said that does not pay here.
+    fn dense_fits(&self, view: &dyn CacheView) -> bool {
+        view.capacity_pages()
+            .is_some_and(|c| view.file_pages() <= c / DENSE_CACHE_SHARE)
+    }
+
+    /// What ahead reads where none of its own rules speaks for a miss: in
+    /// a file the dense rule is for, the rest of a dense region; else the
+    /// kernel's context readahead ([`Ahead::context`]); else the request as
+    /// it is.
+    fn fallback(&mut self, req: Request, view: &dyn CacheView) -> Window {
+        if !self.dense_fits(view) {
+            if let Some(w) = self.current.and_then(|slot| self.context(slot, req, view)) {
+                return w;
+            }
+        }
+        self.dense_or_as_is(req, view)
+    }
+
+    /// The kernel's context readahead (`ondemand`'s, Wu, 2.6.31): a miss
+    /// right after more cached pages than it asks for continues a stream
+    /// the table lost (other requests pushed it out, or it was read before
+    /// this policy saw it), so stream `slot` becomes a forward stream with a
+    /// window of that history plus the request. What the kernel would read
+    /// here, ahead reads too. Only for a stream not yet shaped
+    /// ([`Direction::Unknown`]).
+    fn context(&mut self, slot: usize, req: Request, view: &dyn CacheView) -> Option<Window> {
+        if req.index == 0 || self.streams[slot].direction != Direction::Unknown {
+            return None;
+        }
+        let (history, from_start) = match super::prev_miss(view, req.index - 1, self.max) {
+            super::PrevMiss::At(miss) => (req.index - 1 - miss, false),
+            super::PrevMiss::FromStart => (req.index, true),
+            super::PrevMiss::NotWithin => (self.max, false),
+        };
+        if history <= req.count {
+            return None;
+        }
+        let history = if from_start { history * 2 } else { history };
+        let size = (history + req.count).min(self.max).max(req.count);
+        // One window, no marker, and the ramp starts afresh if the reader
+        // comes to its end: a stream the table lost is taken back on its
+        // history, but a random request that lands after cached pages
+        // (the pages of a dense region, another stream's) costs one window.
+        let s = &mut self.streams[slot];
+        s.direction = Direction::Forward;
+        s.size = 0;
+        let w = Window::forward(req.index, size, 0);
         Some(self.record(slot, w, req))
     }
 
@@ -851,13 +1000,10 @@ impl Ahead {
     /// read with it in one window ([`DENSE_REGION`]).
     fn dense_or_as_is(&mut self, req: Request, view: &dyn CacheView) -> Window {
         let as_is = Window::forward(req.index, req.count, 0);
-        let Some(capacity) = view.capacity_pages() else {
-            return as_is;
-        };
-        let file = view.file_pages();
-        if file > capacity / DENSE_CACHE_SHARE || self.dense.share <= 1 {
+        if !self.dense_applies(view) {
             return as_is;
         }
+        let file = view.file_pages();
         let region = DENSE_REGION.min(self.max.max(MIN_WINDOW));
         let start = req.index / region * region;
         let end = (start + region).min(file).max(req.end());
@@ -886,6 +1032,7 @@ impl Ahead {
         if self.dense.hit(req.index) {
             return None;
         }
+
         let marked = |s: &Stream| {
             s.live
                 && s.window
@@ -935,8 +1082,8 @@ impl Ahead {
         st.boost = false;
         st.size = pages;
         st.last_used = self.clock;
-        let (direction, through) = self.reading_direction(slot, view)?;
-        let w = Self::following(direction, &prev, pages, through)?;
+        let (direction, reach) = self.reading_direction(slot, view)?;
+        let w = Self::following(direction, &prev, pages, reach)?;
         Some(self.record(slot, w, req))
     }
 
@@ -994,10 +1141,12 @@ impl Policy for Ahead {
             }
         }
         if let Some((slot, Match::Jitter)) = found {
-            // The reader slipped off the stream's predicted pages: what its
-            // windows predicted beyond here will not be read, so they are
-            // judged now.
-            self.settle_all(slot);
+            if matches!(self.streams[slot].direction, Direction::Strided { .. }) {
+                // The reader slipped off the pages its strided windows
+                // predicted: what they hold beyond here will not be read,
+                // so they are judged now.
+                self.settle_all(slot);
+            }
         }
         let slot = match found {
             None => self.new_stream(req),
@@ -1014,6 +1163,16 @@ impl Policy for Ahead {
                             s.direction = Direction::Backward;
                         }
                     }
+                    Match::Stride if s.jittered => {
+                        // An exact gap in a stream whose gaps move says
+                        // nothing new: it stays irregular.
+                        if let Direction::Irregular { run, .. } = s.direction {
+                            s.direction = Direction::Irregular {
+                                run,
+                                period: s.period,
+                            };
+                        }
+                    }
                     Match::Stride => {
                         s.confirmations += 1;
                         // A run larger than the maximum window cannot be read
@@ -1028,12 +1187,19 @@ impl Policy for Ahead {
                     }
                     Match::Jitter => {
                         // The gap moved by a page or two: not a stride to
-                        // predict page by page. The period follows the
-                        // latest gap, so a slow drift stays matched; a
-                        // stride found again starts from a small window.
+                        // predict page by page, now or later. The period
+                        // follows the latest gap, so a slow drift stays
+                        // matched.
                         s.period = req.index - s.last.index;
                         s.confirmations = 0;
-                        s.size = 0;
+                        if !s.jittered {
+                            // What failed was the page-exact prediction;
+                            // the irregular rule is judged on its own
+                            // windows, and soon.
+                            s.jittered = true;
+                            s.held = false;
+                            s.ledger = Ledger::PROBATION;
+                        }
                         if req.count <= self.max {
                             s.direction = Direction::Irregular {
                                 run: req.count,

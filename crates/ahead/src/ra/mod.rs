@@ -270,15 +270,33 @@ pub trait CacheView {
     fn capacity_pages(&self) -> Option<u64> {
         None
     }
-    /// What one more device request costs, in pages the device could
-    /// transfer in the same time (its bandwidth × the time it spends per
-    /// request: an IOPS cap's share of a bandwidth cap, a disk's rotation),
-    /// if the engine knows. A gap of fewer pages is cheaper to read through
-    /// than to skip. `None`: unknown, and the policies assume
-    /// [`ahead::MERGE_GAP`].
-    fn request_cost_pages(&self) -> Option<u64> {
+    /// What the device charges, if the engine knows ([`DeviceCost`]).
+    /// `None`: unknown, and the policies use their measured defaults
+    /// ([`ahead::MERGE_GAP`], [`ahead::STRIDE_MAX_RUNS`]).
+    fn device_cost(&self) -> Option<DeviceCost> {
         None
     }
+}
+
+/// What a device charges for a read, as a policy weighs speculation:
+/// times expressed in pages the device could transfer meanwhile, so that
+/// they compare with the pages a window reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCost {
+    /// How long one more request holds the device beyond its bytes: an
+    /// IOPS cap's share of a bandwidth cap (a cloud volume's 200 MiB/s ÷
+    /// 5000 IOPS: 10 pages), a queue's latency ÷ its depth. A stride whose
+    /// period costs less than this is cheaper read through than as runs.
+    pub request_pages: u64,
+    /// How long a reader waits for a request nobody read ahead for (its
+    /// latency, or the IOPS cap's interval if longer). A gap that costs
+    /// less than this to read is cheaper read through than waited for.
+    pub latency_pages: u64,
+    /// How many requests it serves at once to good effect (its queue, or
+    /// what an IOPS cap lets one reader keep in flight): a strided
+    /// window's runs are requests of their own, and more than this only
+    /// wait.
+    pub parallelism: u64,
 }
 
 /// Facts that engines report to policies after the fact.
