@@ -1,18 +1,40 @@
 //! The corpus of real traces (crates/ahead-sim/corpus, see its README):
-//! on every trace and both device models, ahead reads at least 0.95× the
-//! throughput of the kernel's `ondemand` with no more waste, and the
-//! backward walks several times more.
+//! on every trace and four device models (`ssd`, `hdd`, and the capped
+//! `cloud` and `fast` volumes of `ahead bench --device`), ahead is never
+//! worse than the kernel's `ondemand`, by the property of
+//! `tests/families.rs`: at most 1.05× its time and 1.1× its device bytes
+//! (each with a constant for what is paid once per run), unless the bytes
+//! bought time; and the backward walks (`tac`, `tail`, sqlite3's `order by
+//! id desc`) run at least 1.5× as fast (1.4× on the disk).
 
+use ahead::ra::accuracy::EVIDENCE_PAGES;
 use ahead::ra::PolicyKind;
-use ahead_sim::device::DeviceKind;
+use ahead_sim::device::{CappedParams, DeviceKind};
 use ahead_sim::scenario::{self, Scenario, SimOptions, SimResult};
 use std::path::PathBuf;
 
-/// Waste is compared to this tolerance: the dense-region windows of the
-/// sqlite index lookups waste 0.129 of what they read against ondemand's
-/// 0.121 (its lookahead markers waste the same pages, found in the other
-/// order).
-const WASTE_SLACK: f64 = 0.01;
+/// ahead's time may exceed `ondemand`'s by 5%...
+const TIME_SLACK: f64 = 1.05;
+/// ...its device bytes by 10%...
+const BYTES_SLACK: f64 = 1.10;
+/// ...plus what the accuracy rules may spend before they judge, for two
+/// rules, and one maximum window (128 KiB, the replay's default) left
+/// outstanding when the program stops, in bytes.
+const BYTES_CONSTANT: f64 = (2 * 256 * 4096 + (128 << 10)) as f64;
+/// More bytes are allowed where they made the run 5% faster.
+const BOUGHT: f64 = 0.95;
+
+/// The time's constant: one maximum window and [`EVIDENCE_PAGES`] requests
+/// on `device` (see `tests/families.rs`).
+fn time_constant(device: DeviceKind) -> f64 {
+    let (bandwidth, request) = match device {
+        DeviceKind::Hdd => (62e6, 8e-3),
+        DeviceKind::Ssd => (500e6, 80e-6),
+        DeviceKind::Net => (100e6, 20e-3),
+        DeviceKind::Capped(p) => (p.bps, 1.0 / p.iops),
+    };
+    (128 << 10) as f64 / bandwidth + EVIDENCE_PAGES as f64 * request
+}
 
 fn corpus() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("corpus");
@@ -22,7 +44,7 @@ fn corpus() -> Vec<PathBuf> {
         .filter(|p| p.to_string_lossy().ends_with(".trace.gz"))
         .collect();
     v.sort();
-    assert!(v.len() >= 10, "corpus missing: {v:?}");
+    assert!(v.len() >= 16, "corpus missing: {v:?}");
     v
 }
 
@@ -38,23 +60,42 @@ fn replay(path: &std::path::Path, device: DeviceKind) -> (SimResult, SimResult) 
 }
 
 #[test]
-fn ahead_keeps_up_with_ondemand_on_every_real_trace() {
+fn ahead_is_never_worse_than_ondemand_on_every_real_trace() {
     let mut report = Vec::new();
     let mut failures = Vec::new();
+    let devices = [
+        DeviceKind::Ssd,
+        DeviceKind::Hdd,
+        DeviceKind::Capped(CappedParams::CLOUD),
+        DeviceKind::Capped(CappedParams::FAST),
+    ];
     for path in corpus() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        for device in [DeviceKind::Ssd, DeviceKind::Hdd] {
+        for device in devices {
             let (o, a) = replay(&path, device);
-            let ratio = a.throughput_mb_s / o.throughput_mb_s;
-            let line = format!(
-                "{name} {device}: ondemand {:.1} MB/s waste {:.3}, ahead {:.1} MB/s waste {:.3}, {ratio:.2}x",
-                o.throughput_mb_s, o.waste_ratio, a.throughput_mb_s, a.waste_ratio
+            let time = a.seconds / o.seconds;
+            let requested = o.requested_mb * 1e6;
+            let (o_bytes, a_bytes) = (
+                o.read_amplification * requested,
+                a.read_amplification * requested,
             );
-            let backward = name.contains("backward") || name.starts_with("tac");
-            if ratio < 0.95
-                || a.waste_ratio > o.waste_ratio + WASTE_SLACK
-                || (backward && ratio < 1.5)
-            {
+            let line = format!(
+                "{name} {}: ondemand {:.1} MB/s, {:.2} device bytes per byte asked; ahead {:.1} MB/s, {:.2}; time {time:.2}x",
+                device.name(),
+                o.throughput_mb_s,
+                o.read_amplification,
+                a.throughput_mb_s,
+                a.read_amplification,
+            );
+            let slow = a.seconds > TIME_SLACK * o.seconds + time_constant(device);
+            let wasteful = a_bytes > BYTES_SLACK * o_bytes + BYTES_CONSTANT && time > BOUGHT;
+            let backward =
+                name.contains("backward") || name.starts_with("tac") || name.starts_with("tail");
+            // The disk's track buffer serves a backward reader at close to
+            // its forward speed (seed 000: 50 against 62 MB/s), so less is
+            // left to gain there.
+            let gain = if device == DeviceKind::Hdd { 1.4 } else { 1.5 };
+            if slow || wasteful || (backward && time > 1.0 / gain) {
                 failures.push(line.clone());
             }
             report.push(line);
