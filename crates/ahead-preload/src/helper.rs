@@ -500,10 +500,13 @@ impl State {
             self.files += 1;
             let hinter = (mode() == Mode::Readahead).then(|| {
                 Hinter::new(
-                    new_policy(
-                        PolicyKind::Ahead,
-                        RaConfig::with_max_pages(MAX_WINDOW / page),
-                    ),
+                    new_policy(PolicyKind::Ahead, {
+                        let mut ra = RaConfig::with_max_pages(MAX_WINDOW / page);
+                        // The kernel applies its context readahead
+                        // itself.
+                        ra.context_readahead = false;
+                        ra
+                    }),
                     size,
                     page,
                 )

@@ -465,6 +465,12 @@ impl Engine {
                 let kpage = rustix::param::page_size() as u64;
                 let kra =
                     RaConfig::with_max_pages((self.shared.config.max_readahead / kpage).max(1));
+                // The kernel under the hints applies its context readahead
+                // itself.
+                let kra = RaConfig {
+                    context_readahead: false,
+                    ..kra
+                };
                 let policy = hints.then(|| ra::new_policy(policy_kind, kra));
                 Some(KernelFile::new(
                     mode,

@@ -452,7 +452,10 @@ pub struct RaConfig {
     /// Context readahead in the `ondemand` policy (on by default, as in
     /// Linux since 2.6.31). Off, `ondemand` is the algorithm of the seeds'
     /// benchmarks (Linux 2.6.21-rc7-mm1), which read a non-sequential miss
-    /// as is.
+    /// as is. The `ahead` policy falls back to the same rule where its own
+    /// are silent; engines that only send hints to a kernel that reads
+    /// ahead by itself (Buffered mode, `ahead run`) turn it off, as the
+    /// kernel under them applies it anyway, and a hint of it only costs.
     pub context_readahead: bool,
 }
 
