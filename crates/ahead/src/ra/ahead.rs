@@ -51,6 +51,19 @@
 //!   unless they fall in a dense region of a file that fits the cache: see
 //!   [`DENSE_REGION`] and [`DENSE_SHARE_START`] for the rule, its
 //!   constants, and how it learns from lookahead markers whether it pays.
+//!   In other files a miss right after cached pages gets the kernel's
+//!   context readahead, as `ondemand` would read it.
+//! * **Every speculative window is held to account** ([`super::accuracy`]):
+//!   a stream whose windows go mostly unread stops speculating until its
+//!   reader proves the pattern again, and while a file's speculation does
+//!   not pay, its new streams start that way.
+//! * **Irregular strides.** A gap that moves by a page or two
+//!   ([`STRIDE_JITTER`]) is never predicted page by page: such a stream
+//!   reads through its gaps where the device says that is cheaper than
+//!   waiting ([`crate::ra::DeviceCost`]), and reads only what is asked
+//!   otherwise.
+//! * **Windows no larger than the history**: a stream by ahead's own rules
+//!   reads ahead no more in one window than its requests asked for.
 
 use super::accuracy::{Issued, Ledger, REARM_MAX, REARM_RUN};
 use super::{
@@ -275,7 +288,7 @@ pub const STRIDE_CONFIRMATIONS: u32 = 2;
 /// in rowid order (sqlite3 visiting every 200th row of 400-byte rows steps
 /// 20 or 21 pages). Such a stream cannot be predicted page by page; its
 /// windows read through the whole span where the gaps are cheaper to read
-/// than to skip ([`read_through`]), and nothing beyond the request where
+/// than to skip (what the device charges, [`crate::ra::DeviceCost`]), and nothing beyond the request where
 /// they are not.
 pub const STRIDE_JITTER: u64 = 2;
 

@@ -35,7 +35,9 @@
 //! * [`legacy`] — the two-window algorithm that on-demand replaced.
 //! * [`ahead`] — ours: a table of streams per file, so that
 //!   interleaved readers each keep a window; backward and strided patterns;
-//!   thrash and lateness feedback.
+//!   thrash and lateness feedback; every speculative window held to
+//!   account ([`accuracy`]), so that where its predictions do not come
+//!   true it reads as the kernel would.
 //!
 //! # How an engine consults a policy
 //!
