@@ -112,6 +112,19 @@ impl DeviceKind {
         }
     }
 
+    /// The model's streaming bandwidth (bytes per second) and the time one
+    /// random request takes (seconds), nominally: what a bound on a run's
+    /// time is made of. The disk's request is an average seek and half a
+    /// revolution (8 ms); a capped volume's, its IOPS cap's interval.
+    pub fn nominal(self) -> (f64, f64) {
+        match self {
+            DeviceKind::Hdd => (62e6, 8e-3),
+            DeviceKind::Ssd => (PipeParams::SSD.bandwidth, PipeParams::SSD.latency),
+            DeviceKind::Net => (PipeParams::NET.bandwidth, PipeParams::NET.latency),
+            DeviceKind::Capped(p) => (p.bps, 1.0 / p.iops),
+        }
+    }
+
     /// A fresh device of this kind with its preset parameters.
     pub fn build(self) -> Box<dyn Device> {
         match self {

@@ -27,12 +27,7 @@ const BOUGHT: f64 = 0.95;
 /// The time's constant: one maximum window and [`EVIDENCE_PAGES`] requests
 /// on `device` (see `tests/families.rs`).
 fn time_constant(device: DeviceKind) -> f64 {
-    let (bandwidth, request) = match device {
-        DeviceKind::Hdd => (62e6, 8e-3),
-        DeviceKind::Ssd => (500e6, 80e-6),
-        DeviceKind::Net => (100e6, 20e-3),
-        DeviceKind::Capped(p) => (p.bps, 1.0 / p.iops),
-    };
+    let (bandwidth, request) = device.nominal();
     (128 << 10) as f64 / bandwidth + EVIDENCE_PAGES as f64 * request
 }
 

@@ -51,12 +51,7 @@ const MAX_WINDOW: u64 = 2 << 20;
 /// time, with 1.04× the bytes); and a rule that is wrong spends about its
 /// evidence before it is held.
 fn time_constant(device: DeviceKind) -> f64 {
-    let (bandwidth, request) = match device {
-        DeviceKind::Hdd => (62e6, 8e-3),
-        DeviceKind::Ssd => (500e6, 80e-6),
-        DeviceKind::Net => (100e6, 20e-3),
-        DeviceKind::Capped(p) => (p.bps, 1.0 / p.iops),
-    };
+    let (bandwidth, request) = device.nominal();
     MAX_WINDOW as f64 / bandwidth + EVIDENCE_PAGES as f64 * request
 }
 
