@@ -1,0 +1,257 @@
+//! The decisions: a window at a miss and at a lookahead marker, shaped by
+//! the stream's direction, and what ahead falls back to where none of its
+//! own rules speaks (the kernel's context readahead, or the request as it
+//! is).
+
+use super::*;
+
+impl Ahead {
+    /// A window of the stream's shape holding about `pages` pages read,
+    /// starting at the request (forward, strided) or ending with it
+    /// (backward). Always holds the whole request.
+    /// `reach` bounds a strided window ([`Reach`]).
+    pub(super) fn shaped(
+        direction: Direction,
+        req: Request,
+        pages: u64,
+        async_pages: u64,
+        reach: Reach,
+    ) -> Window {
+        let pages = pages.max(req.count);
+        match direction {
+            Direction::Backward => {
+                let start = req.end().saturating_sub(pages);
+                let size = req.end() - start;
+                Window {
+                    start,
+                    size,
+                    async_size: async_pages.min(size),
+                    shape: Shape::Backward,
+                }
+            }
+            Direction::Strided { run, period } => {
+                let runs = (pages / run).max(1);
+                // The first run holds the request: the marker goes on a
+                // later one.
+                let async_runs = async_pages.div_ceil(run).min(runs - 1);
+                strided_window(req.index, run, period, runs, async_runs, reach)
+            }
+            Direction::Forward | Direction::Unknown | Direction::Irregular { .. } => {
+                Window::forward(req.index, pages, async_pages.min(pages))
+            }
+        }
+    }
+
+    /// The window after `prev` in the stream's direction, holding `pages`
+    /// pages, all of it asynchronous.
+    pub(super) fn following(
+        direction: Direction,
+        prev: &Window,
+        pages: u64,
+        reach: Reach,
+    ) -> Option<Window> {
+        match direction {
+            Direction::Backward => {
+                if prev.start == 0 {
+                    return None;
+                }
+                let start = prev.start.saturating_sub(pages);
+                let size = prev.start - start;
+                Some(Window {
+                    start,
+                    size,
+                    async_size: size,
+                    shape: Shape::Backward,
+                })
+            }
+            Direction::Strided { run, period } => {
+                let runs = (pages / run).max(1);
+                let last_run = prev.start + (prev.size - 1) / period * period;
+                Some(strided_window(
+                    last_run + period,
+                    run,
+                    period,
+                    runs,
+                    runs,
+                    reach,
+                ))
+            }
+            Direction::Forward | Direction::Unknown | Direction::Irregular { .. } => {
+                Some(Window::forward(prev.end(), pages, pages))
+            }
+        }
+    }
+
+    pub(super) fn on_miss(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
+        let Some(slot) = self.current else {
+            return Some(self.fallback(req, view));
+        };
+        let s = self.streams[slot];
+        if s.direction == Direction::Unknown || s.holding() {
+            // Not (yet) a stream, or one whose speculation did not pay.
+            return Some(self.fallback(req, view));
+        }
+        let max = self.effective_max(&s);
+        // Thrashing: readahead pages of this stream were evicted before use.
+        let thrashed = view.shadow(req.index).is_some_and(|sh| sh.evicted_unused);
+        let Some((direction, reach)) = self.reading_direction(slot, view) else {
+            return Some(self.fallback(req, view));
+        };
+        // A widened run takes a window of at least two runs, so that the
+        // marker sits on the second.
+        let min_pages = match direction {
+            Direction::Strided { run, .. } if run > req.count => (2 * run).min(max),
+            _ => 0,
+        };
+        if thrashed {
+            if let Some(issued_at) = s.owns(req.index) {
+                let survived = req.index.abs_diff(issued_at);
+                let cap = (survived * 3 / 4).max(MIN_WINDOW);
+                let st = &mut self.streams[slot];
+                st.cap = st.cap.min(cap);
+                st.size = st.size.min(st.cap);
+            }
+            let st = self.streams[slot];
+            let pages = st
+                .size
+                .max(MIN_WINDOW)
+                .min(self.effective_max(&st))
+                .max(min_pages);
+            let w = Self::shaped(direction, req, pages, pages / 2, reach);
+            return Some(self.record(slot, w, req));
+        }
+        let pages = if s.window.is_none() || s.size == 0 {
+            init_window(req.count, max).min(max)
+        } else {
+            // The reader got ahead of readahead (or the marker was lost):
+            // ramp on.
+            next_window(s.size, max)
+        };
+        let pages = if s.boost {
+            next_window(pages, max)
+        } else {
+            pages
+        };
+        let pages = s.shown(pages).max(min_pages);
+        let st = &mut self.streams[slot];
+        st.boost = false;
+        st.size = pages;
+        let async_pages = if pages > req.count {
+            pages - req.count
+        } else {
+            pages
+        };
+        let w = Self::shaped(direction, req, pages, async_pages, reach);
+        Some(self.record(slot, w, req))
+    }
+
+    /// What ahead reads where none of its own rules speaks for a miss: in
+    /// a file the dense rule is for, the rest of a dense region; else the
+    /// kernel's context readahead ([`Ahead::context`]); else the request as
+    /// it is.
+    pub(super) fn fallback(&mut self, req: Request, view: &dyn CacheView) -> Window {
+        if !self.dense_fits(view) {
+            if let Some(w) = self.current.and_then(|slot| self.context(slot, req, view)) {
+                return w;
+            }
+        }
+        self.dense_or_as_is(req, view)
+    }
+
+    /// The kernel's context readahead (`ondemand`'s, Wu, 2.6.31): a miss
+    /// right after more cached pages than it asks for continues a stream
+    /// the table lost (other requests pushed it out, or it was read before
+    /// this policy saw it), so stream `slot` becomes a forward stream with a
+    /// window of that history plus the request. What the kernel would read
+    /// here, ahead reads too. Only for a stream not yet shaped
+    /// ([`Direction::Unknown`]).
+    pub(super) fn context(
+        &mut self,
+        slot: usize,
+        req: Request,
+        view: &dyn CacheView,
+    ) -> Option<Window> {
+        if !self.context || req.index == 0 || self.streams[slot].direction != Direction::Unknown {
+            return None;
+        }
+        let (history, from_start) = match crate::ra::prev_miss(view, req.index - 1, self.max) {
+            crate::ra::PrevMiss::At(miss) => (req.index - 1 - miss, false),
+            crate::ra::PrevMiss::FromStart => (req.index, true),
+            crate::ra::PrevMiss::NotWithin => (self.max, false),
+        };
+        if history <= req.count {
+            return None;
+        }
+        let history = if from_start { history * 2 } else { history };
+        let size = (history + req.count).min(self.max).max(req.count);
+        // One window, no marker, and the ramp starts afresh if the reader
+        // comes to its end: a stream the table lost is taken back on its
+        // history, but a random request that lands after cached pages
+        // (the pages of a dense region, another stream's) costs one window.
+        let s = &mut self.streams[slot];
+        s.direction = Direction::Forward;
+        s.size = 0;
+        let w = Window::forward(req.index, size, 0);
+        Some(self.record(slot, w, req))
+    }
+
+    pub(super) fn on_marker(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
+        if self.dense.hit(req.index) {
+            return None;
+        }
+
+        let marked = |s: &Stream| {
+            s.live
+                && s.window
+                    .is_some_and(|i| i.window.marker_page() == Some(req.index))
+        };
+        let slot = match self.current {
+            Some(c) if marked(&self.streams[c]) => Some(c),
+            _ => self.streams.iter().position(marked),
+        };
+        let Some(slot) = slot else {
+            // A marker nobody remembers (the stream fell out of the table):
+            // like the kernel's lookahead-clueless case, ramp up from the
+            // cached run after it, as a forward stream. Unless the reader
+            // is known to go another way (backwards, strided): then the
+            // marker is a leftover of a window it has moved on from.
+            if let Some(c) = self.current {
+                if matches!(
+                    self.streams[c].direction,
+                    Direction::Backward | Direction::Strided { .. }
+                ) {
+                    return None;
+                }
+            }
+            let start = next_miss(view, req.index + 1, self.max);
+            if start - req.index > self.max || start >= view.file_pages() {
+                return None;
+            }
+            let pages = next_window(start - req.index + req.count, self.max);
+            let slot = self.current.unwrap_or_else(|| self.new_stream(req));
+            let s = &mut self.streams[slot];
+            s.direction = Direction::Forward;
+            s.size = pages;
+            let w = Window::forward(start, pages, pages);
+            return Some(self.record(slot, w, req));
+        };
+        let s = self.streams[slot];
+        if s.holding() {
+            return None;
+        }
+        let prev = s.window?.window;
+        let max = self.effective_max(&s);
+        let mut pages = next_window(s.size.max(1), max);
+        if s.boost {
+            pages = next_window(pages, max);
+        }
+        let pages = s.shown(pages);
+        let st = &mut self.streams[slot];
+        st.boost = false;
+        st.size = pages;
+        st.last_used = self.clock;
+        let (direction, reach) = self.reading_direction(slot, view)?;
+        let w = Self::following(direction, &prev, pages, reach)?;
+        Some(self.record(slot, w, req))
+    }
+}

@@ -1,0 +1,411 @@
+//! ahead's own policy: a table of streams per file, with direction, stride,
+//! thrash and lateness feedback.
+//!
+//! # Why
+//!
+//! The kernel keeps one readahead state per open file. Two readers sharing a
+//! handle, or one reader walking two regions, keep resetting it; a reader that
+//! goes backwards or skips a fixed gap gets no readahead at all; and when
+//! readahead pages are evicted before use, the kernel starts the window again
+//! from its initial size and ramps it up into the same thrashing.
+//!
+//! # How
+//!
+//! * **Stream table.** Up to [`DEFAULT_STREAMS`] streams per file (16),
+//!   reused least-recently-used first. Every request is matched to a stream
+//!   by where it falls: right after a stream's previous request (forward),
+//!   right before it (backward), one period after it (stride), or inside the
+//!   stream's readahead window. A marker hit is matched by the marker's page.
+//!   Each stream has its own window, so interleaved readers do not disturb
+//!   each other.
+//! * **Direction.** A request that ends where the stream's previous one began
+//!   makes the stream backward; its windows extend downwards from the
+//!   request, with the marker placed so the next window is read while the
+//!   reader still has `async_size` pages to go.
+//! * **Stride.** Three requests of the same size separated by the same gap
+//!   (the gap confirmed twice) make a strided stream (read N, skip M); its
+//!   windows read only the runs the reader will want.
+//! * **Sweeps.** A strided reader that wraps around and starts again one
+//!   column further (at most a run above where its last sweep began, with
+//!   the same run and period) is reading a table column by column. Its
+//!   windows then read each run together with the next columns, as many as
+//!   three quarters of the cache ([`CacheView::capacity_pages`]) can hold
+//!   for every run of a sweep until the later sweeps come for them; an
+//!   engine that does not know its capacity gets no such columns. Each
+//!   sweep that finds columns read ahead for it evicted reads one fewer.
+//! * **Ramp-up** is the kernel's ([`init_window`], [`next_window`]), so a
+//!   plain sequential reader gets exactly the kernel's windows.
+//! * **Request-size awareness** (seed 001). A window made on a miss always
+//!   holds the whole request, so it is read in one I/O whatever the state.
+//! * **Thrash feedback.** A miss on a page whose shadow says it was read
+//!   ahead and evicted unused means the stream's lookahead outlived the
+//!   cache. The stream's window is capped at 3/4 of what survived (the
+//!   distance from where the lost window was issued to the lost page, as in
+//!   Wu's adaptive readahead) and the lost pages are read again at once, in
+//!   that capped window, instead of starting from the initial size.
+//! * **Lateness and waste feedback.** A reader that waits for a page
+//!   readahead already asked for means the window is too small for the
+//!   device's latency: the stream's next window is ramped once more (up to
+//!   the max). Readahead evicted unused halves the stream's window.
+//! * **Random requests** match no stream and read exactly the request,
+//!   unless they fall in a dense region of a file that fits the cache: see
+//!   [`DENSE_REGION`] and [`DENSE_SHARE_START`] for the rule, its
+//!   constants, and how it learns from lookahead markers whether it pays.
+//!   In other files a miss right after cached pages gets the kernel's
+//!   context readahead, as `ondemand` would read it.
+//! * **Every speculative window is held to account** ([`super::accuracy`]):
+//!   a stream whose windows go mostly unread stops speculating until its
+//!   reader proves the pattern again, and while a file's speculation does
+//!   not pay, its new streams start that way.
+//! * **Irregular strides.** A gap that moves by a page or two
+//!   ([`STRIDE_JITTER`]) is never predicted page by page: such a stream
+//!   reads through its gaps where the device says that is cheaper than
+//!   waiting ([`crate::ra::DeviceCost`]), and reads only what is asked
+//!   otherwise.
+//! * **Windows no larger than the history**: a stream by ahead's own rules
+//!   reads ahead no more in one window than its requests asked for.
+
+use super::accuracy::{Issued, Ledger, REARM_MAX, REARM_RUN};
+use super::{
+    init_window, next_miss, next_window, CacheView, Feedback, Policy, RaConfig, Request, Shape,
+    Trigger, Window,
+};
+
+mod decide;
+mod dense;
+mod stream;
+mod stride;
+#[cfg(test)]
+mod tests;
+
+pub use dense::{
+    DENSE_CACHE_SHARE, DENSE_MARKERS, DENSE_REGION, DENSE_SHARE_MAX, DENSE_SHARE_START,
+};
+pub use stream::{MAX_STRIDE_PERIOD, STRIDE_CONFIRMATIONS, STRIDE_JITTER};
+pub use stride::{MAX_READ_THROUGH, MERGE_GAP, STRIDE_MAX_RUNS};
+
+use dense::Dense;
+use stream::{Direction, Match, Stream};
+use stride::{expected_pages, strided_window, Reach, Sweep};
+
+/// Streams tracked per file by default: enough for the interleaved
+/// workloads of the benchmarks (8 readers) with room for random noise; a
+/// lookup scans them linearly, which stays far below a microsecond.
+pub const DEFAULT_STREAMS: usize = 16;
+
+/// The smallest window: 16 KiB, the legacy kernel's `VM_MIN_READAHEAD`.
+pub const MIN_WINDOW: u64 = 4;
+
+/// The `ahead` policy's per-file state.
+#[derive(Clone, Debug)]
+pub struct Ahead {
+    max: u64,
+    clock: u64,
+    streams: Vec<Stream>,
+    current: Option<usize>,
+    dense: Dense,
+    /// The record of every settled window of ahead's own rules in this
+    /// file; while it is poor, new streams start held.
+    ledger: Ledger,
+    /// The kernel's context readahead as a fallback
+    /// ([`RaConfig::context_readahead`]).
+    context: bool,
+    /// Exact continuations that re-arm a held stream in this file: from
+    /// [`REARM_RUN`], doubled each time a stream is held (up to
+    /// [`REARM_MAX`]), halved again by each window settled while a stream
+    /// has a proven record ([`Ledger::proven`]).
+    rearm_need: u32,
+}
+
+impl Ahead {
+    /// A fresh state with `config.streams` slots (allocated once, here).
+    pub fn new(config: RaConfig) -> Ahead {
+        Ahead {
+            max: config.max_pages.max(1),
+            clock: 0,
+            streams: vec![Stream::EMPTY; config.streams.max(1)],
+            current: None,
+            dense: Dense::new(),
+            ledger: Ledger::EMPTY,
+            context: config.context_readahead,
+            rearm_need: REARM_RUN,
+        }
+    }
+
+    /// Settles a window that leaves stream `slot`: its record goes to the
+    /// stream's ledger and, for ahead's own rules, to the file's. A stream
+    /// whose ledger turns poor is held.
+    fn settle(&mut self, slot: usize, issued: Issued) {
+        let s = &mut self.streams[slot];
+        s.ledger.settle(issued.speculative, issued.used);
+        if s.speculates_beyond_the_kernel() {
+            self.ledger.settle(issued.speculative, issued.used);
+            if s.ledger.poor() && !s.held {
+                s.held = true;
+                s.rearm = 0;
+                self.rearm_need = (self.rearm_need * 2).min(REARM_MAX);
+            } else if s.ledger.proven() {
+                // A stream that has proven itself.
+                self.rearm_need = (self.rearm_need / 2).max(REARM_RUN);
+            }
+        }
+    }
+
+    /// Settles both windows of stream `slot` (it is dropped or replaced).
+    fn settle_all(&mut self, slot: usize) {
+        let s = &mut self.streams[slot];
+        let (a, b) = (s.window.take(), s.previous.take());
+        for issued in [a, b].into_iter().flatten() {
+            self.settle(slot, issued);
+        }
+    }
+
+    /// Credits every live window with the pages `req` takes from it.
+    fn credit(&mut self, req: Request) {
+        for s in self.streams.iter_mut().filter(|s| s.live) {
+            for issued in [&mut s.window, &mut s.previous].into_iter().flatten() {
+                issued.credit(req);
+            }
+        }
+    }
+
+    fn effective_max(&self, s: &Stream) -> u64 {
+        self.max.min(s.cap).max(MIN_WINDOW.min(self.max))
+    }
+
+    /// Keeps `window`, issued for `req`, as stream `slot`'s latest; the
+    /// window before the previous one leaves the stream and is settled.
+    fn record(&mut self, slot: usize, window: Window, req: Request) -> Window {
+        let s = &mut self.streams[slot];
+        let expected = expected_pages(s.direction, &window);
+        let gone = s.previous.take();
+        s.previous = s.window;
+        s.window = Some(Issued::new(window, expected, req, req.index));
+        if let Some(issued) = gone {
+            self.settle(slot, issued);
+        }
+        window
+    }
+}
+
+impl Policy for Ahead {
+    fn name(&self) -> &'static str {
+        "ahead"
+    }
+
+    fn max_pages(&self) -> u64 {
+        self.max
+    }
+
+    fn begin(&mut self, req: Request) {
+        self.clock += 1;
+        self.credit(req);
+        let previous = self.current;
+        let found = self.find(req);
+        let continues = matches!(
+            found,
+            Some((
+                _,
+                Match::Forward | Match::Backward | Match::Stride | Match::Jitter
+            ))
+        );
+        if !continues {
+            if let Some(slot) = self.next_sweep(req) {
+                self.current = Some(slot);
+                return;
+            }
+        }
+        if let Some((slot, Match::Jitter)) = found {
+            if matches!(self.streams[slot].direction, Direction::Strided { .. }) {
+                // The reader slipped off the pages its strided windows
+                // predicted: what they hold beyond here will not be read,
+                // so they are judged now.
+                self.settle_all(slot);
+            }
+        }
+        let slot = match found {
+            None => self.new_stream(req),
+            Some((slot, m)) => {
+                let s = &mut self.streams[slot];
+                match m {
+                    Match::Forward => {
+                        if s.direction == Direction::Unknown {
+                            s.direction = Direction::Forward;
+                        }
+                        if previous != Some(slot) {
+                            s.interleaved = true;
+                        }
+                    }
+                    Match::Backward => {
+                        if s.direction == Direction::Unknown {
+                            s.direction = Direction::Backward;
+                        }
+                    }
+                    Match::Stride if s.jittered => {
+                        // An exact gap in a stream whose gaps move says
+                        // nothing new: it stays irregular.
+                        if let Direction::Irregular { run, .. } = s.direction {
+                            s.direction = Direction::Irregular {
+                                run,
+                                period: s.period,
+                            };
+                        }
+                    }
+                    Match::Stride => {
+                        s.confirmations += 1;
+                        // A run larger than the maximum window cannot be read
+                        // ahead within it; such requests are read whole, one
+                        // by one.
+                        if s.confirmations >= STRIDE_CONFIRMATIONS && req.count <= self.max {
+                            s.direction = Direction::Strided {
+                                run: req.count,
+                                period: s.period,
+                            };
+                        }
+                    }
+                    Match::Jitter => {
+                        // The gap moved by a page or two: not a stride to
+                        // predict page by page, now or later. The period
+                        // follows the latest gap, so a slow drift stays
+                        // matched.
+                        s.period = req.index - s.last.index;
+                        s.confirmations = 0;
+                        if !s.jittered {
+                            // What failed was the page-exact prediction;
+                            // the irregular rule is judged on its own
+                            // windows, and soon.
+                            s.jittered = true;
+                            s.held = false;
+                            s.ledger = Ledger::PROBATION;
+                        }
+                        if req.count <= self.max {
+                            s.direction = Direction::Irregular {
+                                run: req.count,
+                                period: s.period,
+                            };
+                        }
+                    }
+                    Match::StrideCandidate(period) => {
+                        s.period = period;
+                        s.confirmations = 1;
+                        s.direction = Direction::Unknown;
+                    }
+                    Match::InsideWindow => {}
+                }
+                if s.held {
+                    // Re-armed only by requests that continue the stream
+                    // exactly as its pattern predicts (a gap that moved
+                    // is the evidence that held it).
+                    let exact = matches!(m, Match::Forward | Match::Backward | Match::Stride);
+                    s.rearm = if exact { s.rearm + 1 } else { 0 };
+                    if s.rearm >= self.rearm_need {
+                        s.held = false;
+                        s.rearm = 0;
+                        s.ledger = Ledger::PROBATION;
+                        s.size = 0;
+                    }
+                }
+                s.last = req;
+                s.last_used = self.clock;
+                s.seen += req.count;
+                slot
+            }
+        };
+        self.current = Some(slot);
+    }
+
+    fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window> {
+        if req.count == 0 {
+            return None;
+        }
+        match trigger {
+            Trigger::Miss | Trigger::Request => self.on_miss(req, view),
+            Trigger::MarkerHit => self.on_marker(req, view),
+        }
+    }
+
+    fn describe(&self) -> Vec<String> {
+        let mut live: Vec<&Stream> = self.streams.iter().filter(|s| s.live).collect();
+        live.sort_by_key(|s| std::cmp::Reverse(s.last_used));
+        let mut out: Vec<String> = live
+            .iter()
+            .map(|s| {
+                let dir = match s.direction {
+                    Direction::Unknown => "unknown".to_string(),
+                    Direction::Forward => "forward".to_string(),
+                    Direction::Backward => "backward".to_string(),
+                    Direction::Strided { run, period } => {
+                        format!("strided (run {run}, period {period} pages)")
+                    }
+                    Direction::Irregular { run, period } => {
+                        format!("irregular stride (run {run}, period about {period} pages)")
+                    }
+                };
+                let record = match (s.holding(), s.ledger.accuracy()) {
+                    (true, _) => ", held (its readahead went unread)".to_string(),
+                    (false, Some(a)) => format!(", {:.0}% of its readahead used", a * 100.0),
+                    (false, None) => String::new(),
+                };
+                format!(
+                    "{dir} from page {} to page {}, window {} pages{record}",
+                    s.origin, s.last.index, s.size
+                )
+            })
+            .collect();
+        if let Some(a) = self.ledger.accuracy() {
+            out.push(format!(
+                "backward, strided and sweep readahead: {:.0}% used{}",
+                a * 100.0,
+                if self.ledger.poor() {
+                    ", new streams start held"
+                } else {
+                    ""
+                }
+            ));
+        }
+        out.push(format!(
+            "dense regions: {}",
+            if self.dense.share <= 1 {
+                "off".to_string()
+            } else {
+                format!(
+                    "a region with 1 page in {} cached is read whole",
+                    self.dense.share
+                )
+            }
+        ));
+        out
+    }
+
+    fn outstanding(&self) -> bool {
+        self.streams.iter().any(|s| {
+            s.live
+                && [s.window, s.previous]
+                    .into_iter()
+                    .flatten()
+                    .any(|i| i.used < i.speculative)
+        })
+    }
+
+    fn feedback(&mut self, event: Feedback) {
+        match event {
+            Feedback::LateHit { index } => {
+                if let Some(slot) = self.stream_owning(index) {
+                    self.streams[slot].boost = true;
+                }
+            }
+            Feedback::EvictedUnused { index } => {
+                self.sweep_lost(index);
+                if let Some(slot) = self.stream_owning(index) {
+                    let s = &mut self.streams[slot];
+                    let owner = s.owning_window(index).map(|(w, _)| w.start);
+                    if owner.is_some() && s.shrunk_for != owner {
+                        s.shrunk_for = owner;
+                        s.size = (s.size / 2).max(MIN_WINDOW);
+                    }
+                }
+            }
+            Feedback::DemandMiss { .. } => {}
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The stream table: what a stream is, how a request is matched to one
+//! (forward, backward, one period on, a period give or take a page or two,
+//! inside its window, or a stride candidate), and how a slot is taken for
+//! a new stream.
+
+use super::*;
+
+/// The largest stride period recognised, in pages (16 MiB of 4 KiB pages).
+/// Wider gaps are better served as random reads: a window would span more
+/// than the device can read sequentially faster than it can seek.
+pub const MAX_STRIDE_PERIOD: u64 = 4096;
+
+/// Stride confirmations needed before a strided window is issued: the gap
+/// seen twice.
+pub const STRIDE_CONFIRMATIONS: u32 = 2;
+
+/// A gap that differs from a stream's period by at most this many pages
+/// (and at most a quarter of the period) continues the stream as an
+/// *irregular* stride: B-tree leaves, variable-length records, rows fetched
+/// in rowid order (sqlite3 visiting every 200th row of 400-byte rows steps
+/// 20 or 21 pages). Such a stream cannot be predicted page by page; its
+/// windows read through the whole span where the gaps are cheaper to read
+/// than to skip (what the device charges, [`crate::ra::DeviceCost`]), and nothing beyond the request where
+/// they are not.
+pub const STRIDE_JITTER: u64 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Direction {
+    Unknown,
+    Forward,
+    Backward,
+    Strided {
+        run: u64,
+        period: u64,
+    },
+    /// Requests of `run` pages about `period` pages apart, the gap varying
+    /// by up to [`STRIDE_JITTER`].
+    Irregular {
+        run: u64,
+        period: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Stream {
+    pub(super) live: bool,
+    pub(super) last_used: u64,
+    pub(super) direction: Direction,
+    pub(super) last: Request,
+    /// Candidate stride period and how many times it was seen.
+    pub(super) period: u64,
+    pub(super) confirmations: u32,
+    /// First page of the stream's first request.
+    pub(super) origin: u64,
+    /// Set when this strided stream is one sweep of several.
+    pub(super) sweep: Option<Sweep>,
+    /// Current window size, in pages read.
+    pub(super) size: u64,
+    /// Thrash cap on the window, in pages read.
+    pub(super) cap: u64,
+    /// Ramp once more on the next window (a late prefetch was seen).
+    pub(super) boost: bool,
+    /// Start of the last window whose eviction already shrank the stream:
+    /// waste shrinks a stream once per window, not once per page.
+    pub(super) shrunk_for: Option<u64>,
+    /// The last two windows issued, with the reader's page when each was
+    /// and what of them was used.
+    pub(super) window: Option<Issued>,
+    pub(super) previous: Option<Issued>,
+    /// The record of this stream's settled windows.
+    pub(super) ledger: Ledger,
+    /// Speculation stopped ([`crate::ra::accuracy`]): requests are read as
+    /// they are until `rearm` reaches [`REARM_RUN`].
+    pub(super) held: bool,
+    /// Exact continuations in a row while held.
+    pub(super) rearm: u32,
+    /// A gap of this stream has moved ([`Match::Jitter`]): it stays an
+    /// irregular stride, never predicted page by page again.
+    pub(super) jittered: bool,
+    /// Pages its requests asked for. A stream by ahead's own rules reads
+    /// ahead no more than this in one window ([`Stream::shown`]).
+    pub(super) seen: u64,
+    /// Forward, but continued after other streams' requests.
+    pub(super) interleaved: bool,
+}
+
+impl Stream {
+    pub(super) const EMPTY: Stream = Stream {
+        live: false,
+        last_used: 0,
+        direction: Direction::Unknown,
+        last: Request { index: 0, count: 0 },
+        period: 0,
+        confirmations: 0,
+        origin: 0,
+        sweep: None,
+        size: 0,
+        cap: u64::MAX,
+        boost: false,
+        shrunk_for: None,
+        window: None,
+        previous: None,
+        ledger: Ledger::EMPTY,
+        held: false,
+        rearm: 0,
+        jittered: false,
+        seen: 0,
+        interleaved: false,
+    };
+
+    pub(super) fn owns(&self, index: u64) -> Option<u64> {
+        self.owning_window(index).map(|(_, issued_at)| issued_at)
+    }
+
+    pub(super) fn owning_window(&self, index: u64) -> Option<(Window, u64)> {
+        [self.window, self.previous]
+            .into_iter()
+            .flatten()
+            .find(|i| i.window.contains(index))
+            .map(|i| (i.window, i.reader_at))
+    }
+
+    /// Whether this stream reads ahead by ahead's own rules (anything but
+    /// the kernel's forward stream: a forward stream continued across
+    /// another stream's requests is ahead's too, the kernel keeps one),
+    /// which are held to account.
+    pub(super) fn speculates_beyond_the_kernel(&self) -> bool {
+        self.direction != Direction::Forward || self.interleaved
+    }
+
+    /// `pages`, cut to what the stream has shown ([`Stream::seen`]) if it
+    /// reads by ahead's own rules (a sweep's columns excepted: they are
+    /// sized to the cache and judged by eviction).
+    ///
+    /// A stream that reads by ahead's own rules (backward, strided, irregular,
+    /// interleaved) reads ahead no more pages in one window than its requests
+    /// have asked for so far. Where the stream stops, what its last window
+    /// read ahead is lost; so bounded, a stream loses at most what it used,
+    /// and a short one meets [`crate::ra::accuracy::ACCURACY_FLOOR`] even at its
+    /// end. (h5py reading a column of 64 chunks, a stride of 8 pages every 512,
+    /// ended 0.46 accurate under `ahead run` without it: its last windows ran
+    /// 32 runs past the column.) A long stream reaches the maximum window as
+    /// before.
+    pub(super) fn shown(&self, pages: u64) -> u64 {
+        if self.speculates_beyond_the_kernel() && self.sweep.is_none() {
+            pages.min(self.seen.max(1))
+        } else {
+            pages
+        }
+    }
+
+    /// Held, and shaped by one of ahead's own rules: it reads exactly what
+    /// is asked.
+    pub(super) fn holding(&self) -> bool {
+        self.held && self.speculates_beyond_the_kernel()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Match {
+    Forward,
+    Backward,
+    Stride,
+    /// About one period after the stream's last request
+    /// ([`STRIDE_JITTER`]), not exactly.
+    Jitter,
+    StrideCandidate(u64),
+    InsideWindow,
+}
+
+impl Ahead {
+    pub(super) fn find(&self, req: Request) -> Option<(usize, Match)> {
+        let mut best: Option<(usize, Match, u64)> = None;
+        let mut consider = |slot: usize, m: Match, used: u64| {
+            let rank = |m: Match| match m {
+                Match::Forward | Match::Backward | Match::Stride | Match::Jitter => 0,
+                Match::InsideWindow => 1,
+                Match::StrideCandidate(_) => 2,
+            };
+            let better = match best {
+                None => true,
+                Some((_, bm, bused)) => rank(m) < rank(bm) || (rank(m) == rank(bm) && used > bused),
+            };
+            if better {
+                best = Some((slot, m, used));
+            }
+        };
+        for (slot, s) in self.streams.iter().enumerate() {
+            if !s.live {
+                continue;
+            }
+            let last_end = s.last.end();
+            let forwardish = matches!(s.direction, Direction::Forward | Direction::Unknown);
+            if forwardish
+                && (req.index == last_end || req.index + 1 == last_end)
+                && req.index >= s.last.index
+            {
+                consider(slot, Match::Forward, s.last_used);
+                continue;
+            }
+            let backwardish = matches!(s.direction, Direction::Backward | Direction::Unknown);
+            if backwardish
+                && req.index < s.last.index
+                && (req.end() == s.last.index || req.end() == s.last.index + 1)
+            {
+                consider(slot, Match::Backward, s.last_used);
+                continue;
+            }
+            if s.period > 0 && req.index == s.last.index + s.period && req.count == s.last.count {
+                consider(slot, Match::Stride, s.last_used);
+                continue;
+            }
+            let jitter = STRIDE_JITTER.min(s.period / 4);
+            if jitter > 0
+                && req.count == s.last.count
+                && req.index > last_end
+                && req.index.abs_diff(s.last.index + s.period) <= jitter
+            {
+                consider(slot, Match::Jitter, s.last_used);
+                continue;
+            }
+            if s.owns(req.index).is_some() {
+                consider(slot, Match::InsideWindow, s.last_used);
+                continue;
+            }
+            // A stream that has seen one request may turn out strided,
+            // even the one at page 0 that was taken for a whole-file read.
+            let one_request = s.direction == Direction::Unknown
+                || (s.direction == Direction::Forward && s.last.index == s.origin);
+            if one_request
+                && req.index > last_end
+                && req.count == s.last.count
+                && req.index - s.last.index <= MAX_STRIDE_PERIOD
+            {
+                consider(
+                    slot,
+                    Match::StrideCandidate(req.index - s.last.index),
+                    s.last_used,
+                );
+            }
+        }
+        best.map(|(slot, m, _)| (slot, m))
+    }
+
+    pub(super) fn new_stream(&mut self, req: Request) -> usize {
+        let slot = self
+            .streams
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| if s.live { s.last_used } else { 0 })
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        if self.streams[slot].live {
+            self.settle_all(slot);
+        }
+        self.streams[slot] = Stream {
+            live: true,
+            last_used: self.clock,
+            last: req,
+            origin: req.index,
+            // A file whose speculation has not paid lately makes a new
+            // stream earn it first.
+            held: self.ledger.poor(),
+            seen: req.count,
+            // The first read of a file is taken as the start of a
+            // whole-file read, as the kernel does.
+            direction: if req.index == 0 {
+                Direction::Forward
+            } else {
+                Direction::Unknown
+            },
+            ..Stream::EMPTY
+        };
+        slot
+    }
+
+    pub(super) fn stream_owning(&self, index: u64) -> Option<usize> {
+        self.streams
+            .iter()
+            .position(|s| s.live && s.owns(index).is_some())
+    }
+}
