@@ -2,7 +2,8 @@
 //! O_DIRECT (so that the host, whose page cache backs a virtual disk, holds
 //! it), then the benchmark process moves into a cgroup whose reads from the
 //! file's disk are capped — blkio throttling on cgroup v1, `io.max` on v2.
-//! The cap, not the host's mood, sets the pace (../shared/MEASURING.md).
+//! The cap, not the host's mood, sets the pace (docs/measuring.md in the
+//! repository).
 //! Root only.
 
 use std::os::unix::fs::MetadataExt;

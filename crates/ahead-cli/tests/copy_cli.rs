@@ -81,7 +81,7 @@ fn every_read_and_write_path_copies_exactly_and_leaves_the_cache_as_it_was() {
         &["--depth", "1", "--chunk", "64k"],
     ];
     // The kernel's proactive reclaim may take a page of the source while a
-    // copy runs (MEASURING.md): a variant passes if one of three attempts
+    // copy runs (docs/measuring.md): a variant passes if one of three attempts
     // leaves the cache exactly as it was; an engine that evicts pages does
     // so every time.
     let set_scene = || {
@@ -633,7 +633,7 @@ fn bench_copy_quick_measures_every_scenario() {
     assert_eq!(a["checksum_equal"], true);
     // Cache-neutral: nothing of the source comes in, and what was cached
     // stays, less what the kernel's proactive reclaim takes of pages left
-    // untouched for ~3 s (MEASURING.md; a clean-clone CI run lost 5 of
+    // untouched for ~3 s (docs/measuring.md; a clean-clone CI run lost 5 of
     // 2048 here). A copy that evicted the source would lose them all.
     let before = a["src_cached_pages_before"].as_u64().unwrap();
     let after = a["src_cached_pages_after"].as_u64().unwrap();

@@ -48,7 +48,7 @@ fn evict_warm_and_stat_tell_the_same_story() {
 
     let v = json(&ahead(&["evict", "--json", s(&f)]));
     // The kernel's proactive reclaim may have taken some of the pages
-    // since the warm (untouched ones go after about 3 s: MEASURING.md),
+    // since the warm (untouched ones go after about 3 s: docs/measuring.md),
     // which a loaded test machine can reach between two commands.
     let before = v["files"][0]["cached_before"].as_u64().unwrap();
     assert!((1..=1025).contains(&before), "{v}");

@@ -195,7 +195,7 @@ pub struct CappedParams {
 impl CappedParams {
     /// The device under the caps: this machine's virtio disk with the
     /// host holding the data (what the steady tool warms it to): about
-    /// 2 GB/s streaming (MEASURING.md: 2-2.7 GB/s host-warm), 64 requests
+    /// 2 GB/s streaming (docs/measuring.md: 2-2.7 GB/s host-warm), 64 requests
     /// at once (the virtio queue), and 75 µs for a 4 KiB read under the
     /// cap: sqlite3 reading a 188 MB table backwards, 4 KiB at a time
     /// (45,800 reads), took 3.54 s cold and 0.10 s warm on the `fast` cap

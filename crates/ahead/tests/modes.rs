@@ -318,7 +318,7 @@ fn uncached_leaves_the_kernel_cache_as_it_found_it() {
     {
         let e = engine(backend);
         // Some attempts: the kernel's proactive reclaim may take cached
-        // pages of the first half while the test runs (MEASURING.md).
+        // pages of the first half while the test runs (docs/measuring.md).
         let mut last = String::new();
         let ok = (0..3).any(|_| {
             let fd = std::fs::File::open(&p).unwrap();
