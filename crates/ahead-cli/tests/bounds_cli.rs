@@ -13,10 +13,8 @@ fn children_peak_kib() -> i64 {
     // SAFETY: getrusage writes one rusage, which lives on this stack.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: a valid `who` and a pointer to a live rusage.
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) },
-        0
-    );
+    let r = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    assert_eq!(r, 0);
     ru.ru_maxrss
 }
 

@@ -293,41 +293,25 @@ fn preadv2_hook(
     around_read(fd, pos_of(off), iovs(iov, cnt), flags, call)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn preadv2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off_t,
-    flags: c_int,
-) -> ssize_t {
-    preadv2_hook(
-        fd,
-        iov,
-        cnt,
-        off,
-        flags,
-        || call!(preadv2: fn(c_int, *const iovec, c_int, off_t, c_int) -> ssize_t; fd, iov, cnt, off, flags),
-    )
+/// `preadv2` and its 64-bit twin ([`preadv2_hook`]).
+macro_rules! preadv2_hook {
+    ($name:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            iov: *const iovec,
+            cnt: c_int,
+            off: $off,
+            flags: c_int,
+        ) -> ssize_t {
+            preadv2_hook(fd, iov, cnt, off, flags, || {
+                call!($name: fn(c_int, *const iovec, c_int, $off, c_int) -> ssize_t; fd, iov, cnt, off, flags)
+            })
+        }
+    };
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn preadv64v2(
-    fd: c_int,
-    iov: *const iovec,
-    cnt: c_int,
-    off: off64_t,
-    flags: c_int,
-) -> ssize_t {
-    preadv2_hook(
-        fd,
-        iov,
-        cnt,
-        off,
-        flags,
-        || call!(preadv64v2: fn(c_int, *const iovec, c_int, off64_t, c_int) -> ssize_t; fd, iov, cnt, off, flags),
-    )
-}
+preadv2_hook!(preadv2, off_t);
+preadv2_hook!(preadv64v2, off64_t);
 
 // Writes: acted on in uncached mode only.
 io_hook!(around_write, write(fd: c_int, buf: *const c_void, n: size_t), Pos::Current, one(buf, n), 0);
@@ -420,29 +404,28 @@ open_hook!(creat(path: *const c_char, m: mode_t));
 open_hook!(creat64(path: *const c_char, m: mode_t));
 open_hook!(dup(fd: c_int));
 
-#[no_mangle]
-pub unsafe extern "C" fn fopen(path: *const c_char, m: *const c_char) -> *mut FILE {
-    let f = match real!(fopen: fn(*const c_char, *const c_char) -> *mut FILE) {
-        Some(f) => f(path, m),
-        None => return std::ptr::null_mut(),
+/// `fopen` and its 64-bit twin: the real call, then the stream's
+/// descriptor noted as opened.
+macro_rules! fopen_hook {
+    ($name:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, m: *const c_char) -> *mut FILE {
+            let Some(real) = real!($name: fn(*const c_char, *const c_char) -> *mut FILE) else {
+                return std::ptr::null_mut();
+            };
+            // SAFETY: the caller's arguments, passed on unchanged to the
+            // function the caller meant to call.
+            let f = unsafe { real(path, m) };
+            if !f.is_null() {
+                // SAFETY: `f` is the stream the real call just opened.
+                opened(unsafe { libc::fileno(f) });
+            }
+            f
+        }
     };
-    if !f.is_null() {
-        opened(libc::fileno(f));
-    }
-    f
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn fopen64(path: *const c_char, m: *const c_char) -> *mut FILE {
-    let f = match real!(fopen64: fn(*const c_char, *const c_char) -> *mut FILE) {
-        Some(f) => f(path, m),
-        None => return std::ptr::null_mut(),
-    };
-    if !f.is_null() {
-        opened(libc::fileno(f));
-    }
-    f
-}
+fopen_hook!(fopen);
+fopen_hook!(fopen64);
 
 /// Before the descriptor goes: the uncached mode flushes what it wrote.
 fn closing(fd: c_int) {
@@ -465,7 +448,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fclose(f: *mut FILE) -> c_int {
-    let fd = if f.is_null() { -1 } else { libc::fileno(f) };
+    let fd = if f.is_null() {
+        -1
+    } else {
+        // SAFETY: a stream the caller is closing, so still open here.
+        unsafe { libc::fileno(f) }
+    };
     closing(fd);
     let r = call!(fclose: fn(*mut FILE) -> c_int; f);
     let e = crate::errno();
@@ -535,18 +523,28 @@ fn mapped(fd: c_int) {
     crate::set_errno(e);
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    let real = real!(mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void);
-    noted_map(real.map(|f| f(addr, len, prot, flags, fd, off)), flags, fd)
+/// `mmap` and its 64-bit twin: the real call, then a mapping of a file
+/// counted (what is read through it is not seen).
+macro_rules! mmap_hook {
+    ($name:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            addr: *mut c_void,
+            len: size_t,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: $off,
+        ) -> *mut c_void {
+            let real = real!($name: fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void);
+            // SAFETY: the caller's arguments, passed on unchanged to the
+            // function the caller meant to call.
+            noted_map(real.map(|f| unsafe { f(addr, len, prot, flags, fd, off) }), flags, fd)
+        }
+    };
 }
+mmap_hook!(mmap, off_t);
+mmap_hook!(mmap64, off64_t);
 
 /// What a mapping call returns (`None`: the real call was not found,
 /// ENOSYS), having counted a mapping of a file.
@@ -559,17 +557,4 @@ fn noted_map(r: Option<*mut c_void>, flags: c_int, fd: c_int) -> *mut c_void {
         mapped(fd);
     }
     r
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off64_t,
-) -> *mut c_void {
-    let real = real!(mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void);
-    noted_map(real.map(|f| f(addr, len, prot, flags, fd, off)), flags, fd)
 }
