@@ -190,6 +190,46 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
     }
 
+    /// A strided reader whose hinted pages the kernel then has cached:
+    /// those reads are served by the probe and reach the hinter as cached.
+    /// The policy must still see them, or it would judge its own hits
+    /// unread and stop hinting.
+    #[test]
+    fn hints_that_the_reader_finds_cached_keep_the_stream_hinting() {
+        let mut h = hinter();
+        let mut hinted = std::collections::HashSet::new();
+        let mut late_hints = 0;
+        for k in 0..400u64 {
+            let page = 1000 + k * 32;
+            let cached = hinted.contains(&page);
+            let mut out = Vec::new();
+            let n = h.request(page * 4096, 4096, cached, false, &mut out);
+            for &(s, len) in &out {
+                for p in s / 4096..(s + len) / 4096 {
+                    hinted.insert(p);
+                }
+            }
+            if k >= 300 {
+                late_hints += n;
+            }
+        }
+        assert!(
+            late_hints > 0,
+            "the stream stopped hinting: {:?}",
+            h.describe()
+        );
+        assert!(
+            !h.describe().iter().any(|l| l.contains("held")),
+            "{:?}",
+            h.describe()
+        );
+        // Nearly every request after the first few was served cached.
+        let cached = (0..400u64)
+            .filter(|k| hinted.contains(&(1000 + k * 32)))
+            .count();
+        assert!(cached > 390, "{cached} of 400 hinted");
+    }
+
     #[test]
     fn cached_requests_without_a_marker_cost_nothing() {
         let mut h = hinter();
