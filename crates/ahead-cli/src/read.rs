@@ -104,11 +104,11 @@ pub fn run(args: ReadArgs) -> Result<()> {
         m => Engine::Ahead {
             config: args.engine.config()?,
             zero_copy: false,
-            mode: if m == "ahead" { "direct" } else { m }
-                .parse()
-                .map_err(|e: String| {
+            mode: if m == "ahead" { "direct" } else { m }.parse().map_err(
+                |e: ahead::ParseError| {
                     anyhow::anyhow!("--mode: {e}; or the kernel's: kernel, kernel-direct")
-                })?,
+                },
+            )?,
         },
     };
     let w = Workload {

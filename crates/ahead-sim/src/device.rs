@@ -143,7 +143,7 @@ impl fmt::Display for DeviceKind {
 }
 
 impl FromStr for DeviceKind {
-    type Err = String;
+    type Err = ahead::ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "hdd" => Ok(DeviceKind::Hdd),
@@ -154,8 +154,10 @@ impl FromStr for DeviceKind {
             "fast" => Ok(DeviceKind::Capped(CappedParams::FAST)),
             other => {
                 let bad = || {
-                    format!(
-                        "unknown device '{s}' (expected hdd, ssd, net, cloud, small-cloud, fast or BPS,IOPS)"
+                    ahead::ParseError::new(
+                        "device",
+                        s,
+                        "hdd, ssd, net, cloud, small-cloud, fast or BPS,IOPS",
                     )
                 };
                 let (b, i) = other.split_once(',').ok_or_else(bad)?;
@@ -846,6 +848,7 @@ mod tests {
         assert!("floppy"
             .parse::<DeviceKind>()
             .unwrap_err()
+            .to_string()
             .contains("floppy"));
     }
 }

@@ -30,8 +30,6 @@ pub enum Error {
         /// Why.
         why: String,
     },
-    /// An engine setting is out of range.
-    Config(String),
     /// An argument is out of range (a size too large, a rate of zero).
     Invalid {
         /// What it was for ("copy", ...).
@@ -97,7 +95,6 @@ impl fmt::Display for Error {
                 write!(f, ": {source}")
             }
             Error::Unsupported { path, why } => write!(f, "{}: {why}", path.display()),
-            Error::Config(why) => write!(f, "invalid engine setting: {why}"),
             Error::Invalid { what, why } => write!(f, "invalid {what} setting: {why}"),
             Error::Refused { path, why } => write!(f, "{}: refused: {why}", path.display()),
             Error::Mismatch { path, src, dst } => write!(
@@ -123,11 +120,45 @@ impl From<Error> for io::Error {
         let kind = match &e {
             Error::Io { source, .. } => source.kind(),
             Error::Unsupported { .. } => io::ErrorKind::Unsupported,
-            Error::Config(_) | Error::Invalid { .. } | Error::Refused { .. } => {
-                io::ErrorKind::InvalidInput
-            }
+            Error::Invalid { .. } | Error::Refused { .. } => io::ErrorKind::InvalidInput,
             Error::Mismatch { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
     }
 }
+
+/// A name that does not parse: a mode, a backend, an eviction or readahead
+/// policy, a device profile. One type for every `FromStr` of the
+/// workspace's names, saying what was given and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// What the name was for ("mode", "backend", ...).
+    pub what: &'static str,
+    /// What was given.
+    pub given: String,
+    /// What is accepted.
+    pub expected: &'static str,
+}
+
+impl ParseError {
+    /// `given` is not a `what`; `expected` lists what is.
+    pub fn new(what: &'static str, given: &str, expected: &'static str) -> ParseError {
+        ParseError {
+            what,
+            given: given.to_string(),
+            expected,
+        }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown {} '{}' (expected {})",
+            self.what, self.given, self.expected
+        )
+    }
+}
+
+impl std::error::Error for ParseError {}

@@ -492,7 +492,7 @@ fn bad_input_gives_clear_errors() {
     .err()
     .unwrap();
     assert!(
-        matches!(e, Error::Config(_)) && e.to_string().contains("too small"),
+        matches!(e, Error::Invalid { what: "engine", .. }) && e.to_string().contains("too small"),
         "{e}"
     );
 }

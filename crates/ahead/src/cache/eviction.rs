@@ -39,12 +39,12 @@ pub enum EvictionKind {
 }
 
 impl std::str::FromStr for EvictionKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::ParseError;
+    fn from_str(s: &str) -> Result<Self, crate::ParseError> {
         match s {
             "clock" => Ok(EvictionKind::Clock),
             "lru" => Ok(EvictionKind::Lru),
-            _ => Err(format!("unknown eviction policy '{s}' (clock, lru)")),
+            _ => Err(crate::ParseError::new("eviction policy", s, "clock or lru")),
         }
     }
 }

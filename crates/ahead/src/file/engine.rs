@@ -304,33 +304,43 @@ impl Engine {
     fn check(config: &EngineConfig) -> Result<(u64, u64)> {
         let page = config.page_size;
         if !page.is_power_of_two() || page < 512 {
-            return Err(Error::Config(format!(
-                "page size {page} is not a power of two ≥ 512"
-            )));
+            return Err(Error::Invalid {
+                what: "engine",
+                why: format!("page size {page} is not a power of two ≥ 512"),
+            });
         }
         let max_ra_pages = (config.max_readahead / page).max(1);
         let frames = config.cache_bytes / page;
         let needed = 2 * max_ra_pages + max_ra_pages;
         if frames < needed {
-            return Err(Error::Config(format!(
-                "cache budget {} is too small for a {} readahead window: it needs at least {}",
-                crate::units::format_size(config.cache_bytes),
-                crate::units::format_size(config.max_readahead),
-                crate::units::format_size(needed * page)
-            )));
+            return Err(Error::Invalid {
+                what: "engine",
+                why: format!(
+                    "cache budget {} is too small for a {} readahead window: it needs at least {}",
+                    crate::units::format_size(config.cache_bytes),
+                    crate::units::format_size(config.max_readahead),
+                    crate::units::format_size(needed * page)
+                ),
+            });
         }
         if frames > u32::MAX as u64 / 2 {
-            return Err(Error::Config("cache budget too large".into()));
+            return Err(Error::Invalid {
+                what: "engine",
+                why: "cache budget too large".into(),
+            });
         }
         // A budget the machine cannot hold would end in an aborted
         // allocation or the OOM killer, not in a clear error.
         if let Some(mem) = crate::sys::physical_memory() {
             if config.cache_bytes > mem {
-                return Err(Error::Config(format!(
-                    "cache budget {} is more than this machine's memory ({})",
-                    crate::units::format_size(config.cache_bytes),
-                    crate::units::format_size(mem)
-                )));
+                return Err(Error::Invalid {
+                    what: "engine",
+                    why: format!(
+                        "cache budget {} is more than this machine's memory ({})",
+                        crate::units::format_size(config.cache_bytes),
+                        crate::units::format_size(mem)
+                    ),
+                });
             }
         }
         Ok((max_ra_pages, frames))

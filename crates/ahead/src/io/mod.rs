@@ -251,13 +251,13 @@ pub enum BackendKind {
 }
 
 impl std::str::FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::ParseError;
+    fn from_str(s: &str) -> Result<Self, crate::ParseError> {
         match s {
             "auto" => Ok(BackendKind::Auto),
             "uring" | "io_uring" => Ok(BackendKind::Uring),
             "pool" => Ok(BackendKind::Pool),
-            _ => Err(format!("unknown backend '{s}' (auto, uring, pool)")),
+            _ => Err(crate::ParseError::new("backend", s, "auto, uring or pool")),
         }
     }
 }

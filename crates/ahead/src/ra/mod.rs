@@ -414,30 +414,18 @@ impl fmt::Display for PolicyKind {
     }
 }
 
-/// An unknown policy name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownPolicy(pub String);
-
-impl fmt::Display for UnknownPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "unknown readahead policy '{}' (expected legacy, ondemand or ahead)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownPolicy {}
-
 impl FromStr for PolicyKind {
-    type Err = UnknownPolicy;
+    type Err = crate::ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "legacy" => Ok(PolicyKind::Legacy),
             "ondemand" | "on-demand" => Ok(PolicyKind::OnDemand),
             "ahead" => Ok(PolicyKind::Ahead),
-            _ => Err(UnknownPolicy(s.to_string())),
+            _ => Err(crate::ParseError::new(
+                "readahead policy",
+                s,
+                "legacy, ondemand or ahead",
+            )),
         }
     }
 }

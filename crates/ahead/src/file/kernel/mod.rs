@@ -68,13 +68,17 @@ pub enum Mode {
 }
 
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Mode, String> {
+    type Err = crate::ParseError;
+    fn from_str(s: &str) -> Result<Mode, crate::ParseError> {
         match s {
             "direct" => Ok(Mode::Direct),
             "buffered" => Ok(Mode::Buffered),
             "uncached" => Ok(Mode::Uncached),
-            _ => Err(format!("unknown mode '{s}' (direct, buffered, uncached)")),
+            _ => Err(crate::ParseError::new(
+                "mode",
+                s,
+                "direct, buffered or uncached",
+            )),
         }
     }
 }
