@@ -345,10 +345,15 @@ impl PageCache {
     }
 
     /// The bytes of a pinned, up-to-date frame.
-    pub(crate) fn frame_bytes(&self, frame: u32, len: usize) -> &[u8] {
-        // SAFETY: callers hold a pin on `frame`, taken under the lock while
-        // its page was up to date; a pinned frame is never evicted, and only
-        // a frame being read (never pinned) is written.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds a pin on `frame`, taken (under the lock, or by the
+    /// hit path's identity check) while its page was up to date, for as
+    /// long as it uses the slice: a pinned frame is never evicted, and only
+    /// a frame being read (never pinned) is written.
+    pub(crate) unsafe fn frame_bytes(&self, frame: u32, len: usize) -> &[u8] {
+        // SAFETY: the caller's pin, as this function's contract says.
         unsafe { self.arena.frame(frame, len) }
     }
 

@@ -8,7 +8,13 @@ use super::*;
 /// far; returns true if it keeps the pins.
 pub(super) type Sink<'a> = dyn FnMut(&[(u32, usize)], u64) -> bool + 'a;
 
-pub(super) fn copy_out(
+/// Copies what `frames` hold of the request at `offset` into `buf`, from
+/// `done` bytes on.
+///
+/// # Safety
+///
+/// Every frame of `frames` is pinned by the caller for the whole call.
+pub(super) unsafe fn copy_out(
     cache: &PageCache,
     frames: &[(u32, usize)],
     offset: u64,
@@ -24,7 +30,10 @@ pub(super) fn copy_out(
             break;
         }
         let n = (valid - within).min(buf.len() - out);
-        buf[out..out + n].copy_from_slice(&cache.frame_bytes(f, valid)[within..within + n]);
+        // SAFETY: `frames` are pinned by the caller for this call (this
+        // function's contract).
+        let bytes = unsafe { cache.frame_bytes(f, valid) };
+        buf[out..out + n].copy_from_slice(&bytes[within..within + n]);
         out += n;
         at += n as u64;
     }
@@ -313,7 +322,9 @@ impl File {
         };
         let cache = &self.inner.engine.cache;
         let n = self.walk(offset, len, demand, &mut |frames, done| {
-            copy_out(cache, frames, offset, page, done, buf);
+            // SAFETY: `walk` hands over frames it has pinned, and unpins
+            // them after this returns (it keeps no pins: false).
+            unsafe { copy_out(cache, frames, offset, page, done, buf) };
             false
         })?;
         Ok(n as usize)

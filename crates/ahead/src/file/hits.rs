@@ -135,7 +135,8 @@ impl File {
         let (first, count) = self.pin_hits(offset, buf.len(), &mut frames)?;
         let frames = &frames[..count];
         let cache = &self.inner.engine.cache;
-        copy_out(cache, frames, offset, self.page(), 0, buf);
+        // SAFETY: `pin_hits` pinned these frames; they are unpinned below.
+        unsafe { copy_out(cache, frames, offset, self.page(), 0, buf) };
         cache.unpin_each(frames.iter().map(|&(f, _)| f));
         self.hit_done(first, count, buf.len());
         Some(buf.len())

@@ -30,7 +30,10 @@ impl Pages {
             .iter()
             .filter(|p| p.2 > 0)
             .map(|&(f, start, len)| {
-                &self.engine.cache.frame_bytes(f, start + len)[start..start + len]
+                // SAFETY: a `Pages` holds a pin on each of its frames until
+                // it is dropped, and the slice lives no longer than `self`.
+                let bytes = unsafe { self.engine.cache.frame_bytes(f, start + len) };
+                &bytes[start..start + len]
             })
     }
 
