@@ -142,5 +142,5 @@ pub use cache::Stats;
 pub use error::{Error, ParseError, Result};
 pub use file::{
     Advice, Engine, EngineConfig, File, Mode, OpenOptions, Pages, ReadAt, ReadOwned, Reader,
-    Refreshed, PROBE_STOP_RATIO, PROBE_WEIGHT, REPROBE_EVERY,
+    Refreshed,
 };

@@ -45,7 +45,7 @@ pub use engine::{Engine, EngineConfig, OpenOptions};
 use engine::{Shared, FRAME_RETRY};
 pub use future::{ReadAt, ReadOwned};
 use hits::{hit_queues, Served, HIT_MAX_PAGES};
-pub use kernel::{Mode, PROBE_STOP_RATIO, PROBE_WEIGHT, REPROBE_EVERY};
+pub use kernel::Mode;
 pub use pages::Pages;
 pub use reader::Reader;
 

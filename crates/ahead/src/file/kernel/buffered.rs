@@ -8,7 +8,7 @@ use super::*;
 /// gain TCP gives each new sample of its smoothed round-trip time (RFC
 /// 6298). From the optimistic start (1.0), 18 misses in a row take a file
 /// below [`PROBE_STOP_RATIO`].
-pub const PROBE_WEIGHT: f64 = 1.0 / 8.0;
+pub(in crate::file) const PROBE_WEIGHT: f64 = 1.0 / 8.0;
 
 /// Below this smoothed hit ratio a file's reads go straight to a blocking
 /// read: the probe would cost a system call and find nothing nine times in
@@ -16,12 +16,12 @@ pub const PROBE_WEIGHT: f64 = 1.0 / 8.0;
 /// ratio without giving a figure; 10% is where a probe (about 1 µs on a
 /// miss) stops paying for itself against a 100 µs device read saved once
 /// in ten.
-pub const PROBE_STOP_RATIO: f64 = 0.10;
+pub(in crate::file) const PROBE_STOP_RATIO: f64 = 0.10;
 
 /// While a file is not probed, every this-many-th read probes anyway, so a
 /// file that becomes cached is noticed within a few dozen reads (3% of reads
 /// spent probing a cold file).
-pub const REPROBE_EVERY: u32 = 32;
+pub(in crate::file) const REPROBE_EVERY: u32 = 32;
 
 /// Fixed-point scale of the hit ratio.
 pub(super) const RATIO_ONE: u32 = 1 << 16;

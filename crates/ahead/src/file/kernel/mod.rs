@@ -48,7 +48,7 @@ mod uncached;
 
 use buffered::RATIO_ONE;
 pub(super) use buffered::{start_hinter, Hint};
-pub use buffered::{PROBE_STOP_RATIO, PROBE_WEIGHT, REPROBE_EVERY};
+
 pub(super) use read::KernelRead;
 use uncached::Snapshot;
 
