@@ -216,16 +216,17 @@ struct Core {
     device_cost: DeviceCost,
 }
 
-/// The simulator engine.
-pub struct Engine {
+/// The simulator: readers, a cache with a budget and a device, in virtual
+/// time, driving one readahead policy per file.
+pub struct Simulator {
     core: Core,
     policies: Vec<Box<dyn Policy>>,
 }
 
-impl Engine {
+impl Simulator {
     /// An engine over files of the given sizes in pages, laid out one after
     /// another on the device.
-    pub fn new(cfg: EngineConfig, file_pages: &[u64], device: Box<dyn Device>) -> Engine {
+    pub fn new(cfg: EngineConfig, file_pages: &[u64], device: Box<dyn Device>) -> Simulator {
         let mut base = Vec::with_capacity(file_pages.len());
         let mut total = 0;
         for &n in file_pages {
@@ -237,7 +238,7 @@ impl Engine {
             .map(|_| ra::new_policy(cfg.policy, cfg.ra))
             .collect();
         let device_cost = device.cost(cfg.page_size);
-        Engine {
+        Simulator {
             core: Core {
                 now: 0.0,
                 pages: vec![EMPTY_PAGE; total as usize],
@@ -759,8 +760,8 @@ mod tests {
     use super::*;
     use crate::device::{Pipe, PipeParams};
 
-    fn engine(policy: PolicyKind, memory_pages: u64, file_pages: u64) -> Engine {
-        Engine::new(
+    fn engine(policy: PolicyKind, memory_pages: u64, file_pages: u64) -> Simulator {
+        Simulator::new(
             EngineConfig {
                 page_size: 4096,
                 memory_pages,

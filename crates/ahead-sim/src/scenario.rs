@@ -12,7 +12,7 @@
 //! bytes, as iozone's preceding write test leaves it.
 
 use crate::device::DeviceKind;
-use crate::engine::{Engine, EngineConfig, PhaseStats, ReaderSpec};
+use crate::engine::{EngineConfig, PhaseStats, ReaderSpec, Simulator};
 use ahead::ra::{PolicyKind, RaConfig};
 use ahead::testdata::column_order;
 use ahead::units::{format_size, GIB, KIB, MIB};
@@ -365,8 +365,8 @@ fn per_policy(o: &SimOptions, one: impl Fn(PolicyKind) -> Vec<SimResult> + Sync)
     })
 }
 
-fn engine(s: &Setup, o: &SimOptions, policy: PolicyKind, files: &[u64], bucket: f64) -> Engine {
-    Engine::new(
+fn engine(s: &Setup, o: &SimOptions, policy: PolicyKind, files: &[u64], bucket: f64) -> Simulator {
+    Simulator::new(
         EngineConfig {
             page_size: PAGE,
             memory_pages: s.memory / PAGE,

@@ -17,7 +17,7 @@
 use ahead::ra::accuracy::EVIDENCE_PAGES;
 use ahead::ra::{PolicyKind, RaConfig};
 use ahead_sim::device::{CappedParams, DeviceKind};
-use ahead_sim::engine::{Engine, EngineConfig, PhaseStats, ReaderSpec};
+use ahead_sim::engine::{EngineConfig, PhaseStats, ReaderSpec, Simulator};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -200,7 +200,7 @@ fn devices() -> [DeviceKind; 4] {
 }
 
 fn simulate(case: &Case, policy: PolicyKind, device: DeviceKind) -> PhaseStats {
-    let mut engine = Engine::new(
+    let mut engine = Simulator::new(
         EngineConfig {
             page_size: PAGE,
             memory_pages: case.memory_pages,

@@ -475,7 +475,7 @@ pub fn new_policy(kind: PolicyKind, mut config: RaConfig) -> Box<dyn Policy> {
     match kind {
         PolicyKind::Legacy => Box::new(legacy::Legacy::new(config)),
         PolicyKind::OnDemand => Box::new(ondemand::OnDemand::new(config)),
-        PolicyKind::Ahead => Box::new(ahead::Ahead::new(config)),
+        PolicyKind::Ahead => Box::new(ahead::StreamTable::new(config)),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::*;
 
-impl Ahead {
+impl StreamTable {
     /// A window of the stream's shape holding about `pages` pages read,
     /// starting at the request (forward, strided) or ending with it
     /// (backward). Always holds the whole request.
@@ -147,7 +147,7 @@ impl Ahead {
 
     /// What ahead reads where none of its own rules speaks for a miss: in
     /// a file the dense rule is for, the rest of a dense region; else the
-    /// kernel's context readahead ([`Ahead::context`]); else the request as
+    /// kernel's context readahead ([`StreamTable::context`]); else the request as
     /// it is.
     pub(super) fn fallback(&mut self, req: Request, view: &dyn CacheView) -> Window {
         if !self.dense_fits(view) {

@@ -99,7 +99,7 @@ impl Dense {
     }
 }
 
-impl Ahead {
+impl StreamTable {
     /// Whether the dense-region rule may act on this file: it fits the
     /// cache twice over ([`DENSE_CACHE_SHARE`]) and the rule has not turned
     /// itself off. In such a file it takes the place of the kernel's

@@ -98,7 +98,7 @@ pub const MIN_WINDOW: u64 = 4;
 
 /// The `ahead` policy's per-file state.
 #[derive(Clone, Debug)]
-pub struct Ahead {
+pub struct StreamTable {
     max: u64,
     clock: u64,
     streams: Vec<Stream>,
@@ -117,10 +117,10 @@ pub struct Ahead {
     rearm_need: u32,
 }
 
-impl Ahead {
+impl StreamTable {
     /// A fresh state with `config.streams` slots (allocated once, here).
-    pub fn new(config: RaConfig) -> Ahead {
-        Ahead {
+    pub fn new(config: RaConfig) -> StreamTable {
+        StreamTable {
             max: config.max_pages.max(1),
             clock: 0,
             streams: vec![Stream::EMPTY; config.streams.max(1)],
@@ -188,7 +188,7 @@ impl Ahead {
     }
 }
 
-impl Policy for Ahead {
+impl Policy for StreamTable {
     fn name(&self) -> &'static str {
         "ahead"
     }

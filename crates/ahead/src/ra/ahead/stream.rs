@@ -168,7 +168,7 @@ pub(super) enum Match {
     InsideWindow,
 }
 
-impl Ahead {
+impl StreamTable {
     pub(super) fn find(&self, req: Request) -> Option<(usize, Match)> {
         let mut best: Option<(usize, Match, u64)> = None;
         let mut consider = |slot: usize, m: Match, used: u64| {

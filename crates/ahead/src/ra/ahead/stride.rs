@@ -207,7 +207,7 @@ pub(super) struct Sweep {
 /// before their sweep) cost one column, not half of them.
 pub(super) const SWEEP_CACHE_SHARE: (u64, u64) = (3, 4);
 
-impl Ahead {
+impl StreamTable {
     /// If `req` starts the next sweep of a strided stream (the same run,
     /// at most one run above where that stream's sweep began, after it went
     /// further), turns that stream into the new sweep and returns its slot.

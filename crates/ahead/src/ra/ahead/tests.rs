@@ -21,7 +21,7 @@ fn dense_table(file: u64, capacity: u64) -> crate::ra::SparseTable {
 /// order no stream follows, then one page between them (the region is
 /// half cached when it is asked for); the windows the policy decided.
 fn every_other_page_at_random(capacity: u64) -> crate::ra::SparseTable {
-    let mut p = Ahead::new(RaConfig::with_max_pages(128));
+    let mut p = StreamTable::new(RaConfig::with_max_pages(128));
     let mut t = dense_table(10_000, capacity);
     let mut order: Vec<u64> = (128..256).step_by(2).collect();
     fastrand::Rng::with_seed(5).shuffle(&mut order);
