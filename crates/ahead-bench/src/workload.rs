@@ -356,7 +356,7 @@ fn drain(path: &Path, bytes: u64) -> Result<(), RunError> {
 pub fn evict(path: &Path) -> Result<(), RunError> {
     let fd =
         ahead::sys::open_read(path, false).map_err(|e| format!("open {}: {e}", path.display()))?;
-    ahead::sys::evict(&fd).map_err(|e| format!("evict {}: {e}", path.display()))
+    ahead::residency::evict(&fd, 0, 0).map_err(|e| format!("evict {}: {e}", path.display()))
 }
 
 /// Spreads one stream over `depth` threads (round-robin), so that the

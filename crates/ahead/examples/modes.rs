@@ -35,7 +35,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::new(EngineConfig::default())?;
     for mode in [Mode::Direct, Mode::Buffered, Mode::Uncached] {
         // Each mode starts cold.
-        ahead::sys::evict(std::fs::File::open(&path)?)?;
+        ahead::residency::evict(std::fs::File::open(&path)?, 0, 0)?;
         let file = engine.open_with(&path, &OpenOptions::new().mode(mode))?;
         let started = Instant::now();
         let blocks = file.len().div_ceil(BS as u64);

@@ -261,7 +261,7 @@ pub fn runs(map: &[bool], value: bool) -> Vec<(u64, u64)> {
 /// end of the file), posix_fadvise(DONTNEED). Dirty pages and pages mapped
 /// by a process stay.
 pub fn evict(fd: impl AsFd, offset: u64, len: u64) -> io::Result<()> {
-    sys::evict_range(fd, offset, len)
+    sys::fadvise(fd, offset, len, sys::Advice::DontNeed)
 }
 
 /// What [`warm`] did.

@@ -48,12 +48,6 @@ pub fn dio_alignment(fd: impl AsFd) -> Option<(u32, u32)> {
     }
 }
 
-/// Drops the kernel's cached pages of the whole file
-/// (posix_fadvise(2) `POSIX_FADV_DONTNEED`; dirty pages are kept).
-pub fn evict(fd: impl AsFd) -> io::Result<()> {
-    Ok(rustix::fs::fadvise(fd, 0, None, Advice::DontNeed)?)
-}
-
 /// Tells the kernel how `fd` will be read (posix_fadvise(2)).
 pub fn fadvise(fd: impl AsFd, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
     Ok(rustix::fs::fadvise(
@@ -217,12 +211,6 @@ pub fn sync_range(fd: impl AsFd, offset: u64, len: u64, wait: bool) -> io::Resul
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// Drops the kernel's clean cached pages of a byte range (`len` 0: to the
-/// end), posix_fadvise(2) `POSIX_FADV_DONTNEED`.
-pub fn evict_range(fd: impl AsFd, offset: u64, len: u64) -> io::Result<()> {
-    fadvise(fd, offset, len, Advice::DontNeed)
 }
 
 /// `RWF_DONTCACHE` (Linux 6.14): buffered I/O whose pages leave the cache

@@ -209,7 +209,7 @@ fn buffered_probes_a_cached_file_and_stops_probing_a_file_that_never_hits() {
     }
     // Cold: evict, then 1,000 random 16 KiB reads.
     let fd = std::fs::File::open(&p).unwrap();
-    ahead::sys::evict(&fd).unwrap();
+    ahead::residency::evict(&fd, 0, 0).unwrap();
     let mut rng = fastrand::Rng::with_seed(1);
     let mut buf = vec![0u8; 16 << 10];
     for _ in 0..1000 {
@@ -250,7 +250,7 @@ fn buffered_hints_follow_a_backward_reader_and_leave_forward_ones_to_the_kernel(
     let e = engine(BackendKind::Auto);
     // Cold: a cached file needs no hints (every probe hits, and the policy
     // is consulted only at misses and markers).
-    ahead::sys::evict(std::fs::File::open(&p).unwrap()).unwrap();
+    ahead::residency::evict(std::fs::File::open(&p).unwrap(), 0, 0).unwrap();
     let back = open(&e, &p, Mode::Buffered);
     let mut buf = [0u8; 4096];
     for i in (0..size / 4096).rev() {
@@ -322,7 +322,7 @@ fn uncached_leaves_the_kernel_cache_as_it_found_it() {
         let mut last = String::new();
         let ok = (0..3).any(|_| {
             let fd = std::fs::File::open(&p).unwrap();
-            ahead::sys::evict(&fd).unwrap();
+            ahead::residency::evict(&fd, 0, 0).unwrap();
             // Warmed with plain reads, as another program would: the
             // kernel's readahead caches the start of the second half too
             // and leaves lookahead markers, whose async readahead an

@@ -140,7 +140,7 @@ impl<'a> DstWriter<'a> {
             self.path,
             Some(offset),
         ))?;
-        let _ = sys::evict_range(self.file, offset, len);
+        let _ = crate::residency::evict(self.file, offset, len);
         Ok(())
     }
 

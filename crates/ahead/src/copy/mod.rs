@@ -762,10 +762,10 @@ fn finish(
         ))?;
     }
     if opts.cache != CacheMode::Keep {
-        let _ = sys::evict_range(&dst_file, 0, 0);
+        let _ = crate::residency::evict(&dst_file, 0, 0);
     }
     if opts.cache == CacheMode::Drop && !stream {
-        let _ = sys::evict_range(src_file, 0, 0);
+        let _ = crate::residency::evict(src_file, 0, 0);
     }
     // Verify before the destination gets its name: a copy that does not
     // match never appears complete.

@@ -65,7 +65,7 @@ impl<'a> SrcReader<'a> {
             CacheMode::Drop => {
                 bump(&self.used.buffered);
                 self.fill(self.file, buf, offset, 0)?;
-                let _ = sys::evict_range(self.file, offset, buf.len() as u64);
+                let _ = crate::residency::evict(self.file, offset, buf.len() as u64);
                 Ok(())
             }
             CacheMode::Neutral => {
@@ -114,7 +114,7 @@ impl<'a> SrcReader<'a> {
         bump(&self.used.residency);
         if cached == 0 {
             self.fill(self.file, buf, offset, 0)?;
-            let _ = sys::evict_range(self.file, offset, len);
+            let _ = crate::residency::evict(self.file, offset, len);
             return Ok(());
         }
         if cached >= pages {
@@ -130,7 +130,7 @@ impl<'a> SrcReader<'a> {
         };
         self.fill(self.file, buf, offset, 0)?;
         for (s, n) in residency::runs(&map, false) {
-            let _ = sys::evict_range(self.file, (first + s) * page, n * page);
+            let _ = crate::residency::evict(self.file, (first + s) * page, n * page);
         }
         Ok(())
     }
