@@ -307,7 +307,7 @@ fn run_backend(
         let t = Instant::now();
         backend.submit(
             ReadOp {
-                fd: fds[class].clone(),
+                source: fds[class].clone(),
                 offset,
                 len: BS as usize,
                 buf,

@@ -613,7 +613,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Meas
             .unwrap_or_else(|| IoBuf::Owned(AlignedBuf::new(bs as usize, 4096)));
         ring.submit(
             ReadOp {
-                fd: fd.clone(),
+                source: fd.clone(),
                 offset: o,
                 len: bs as usize,
                 buf,

@@ -142,7 +142,7 @@ impl File {
         let shared = &self.inner.engine;
         let len = plan.frames.len() * page as usize;
         ReadOp {
-            fd: self.inner.fd.clone(),
+            source: self.inner.fd.clone(),
             offset: plan.first * page,
             len,
             buf: IoBuf::Frames(crate::io::FrameBuf::new(

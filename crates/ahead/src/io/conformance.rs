@@ -60,7 +60,7 @@ fn file(dir: &Path, name: &str, size: u64) -> Arc<OwnedFd> {
 
 fn owned(fd: &Arc<OwnedFd>, offset: u64, len: usize) -> ReadOp {
     ReadOp {
-        fd: fd.clone(),
+        source: fd.clone(),
         offset,
         len,
         buf: IoBuf::Owned(AlignedBuf::new(len, 4096)),
@@ -109,7 +109,7 @@ fn reads_into_frames_fill_them_in_order() {
     for (name, read, _) in ways() {
         let arena = Arena::new(8, 4096).unwrap();
         let op = ReadOp {
-            fd: fd.clone(),
+            source: fd.clone(),
             offset: 8192,
             len: 5 * 4096,
             buf: IoBuf::Frames(FrameBuf::new(arena.clone(), vec![6, 1, 3, 0, 7])),
@@ -157,7 +157,7 @@ fn reads_into_a_registered_arena_fill_the_same_bytes() {
         let len = list.len() * 4096;
         let before = ring.fixed_reads();
         let op = ReadOp {
-            fd: fd.clone(),
+            source: fd.clone(),
             offset,
             len,
             buf: IoBuf::Frames(FrameBuf::new(arena.clone(), list)),
@@ -181,7 +181,7 @@ fn reads_into_a_registered_arena_fill_the_same_bytes() {
     // Reaching the end: the continuation that finds it goes fixed too.
     let before = ring.fixed_reads();
     let op = ReadOp {
-        fd: fd.clone(),
+        source: fd.clone(),
         offset: (32 << 20) - 4096,
         len: 4 * 4096,
         buf: IoBuf::Frames(FrameBuf::new(arena.clone(), (8..12).collect())),
@@ -321,5 +321,80 @@ fn a_panicking_completion_does_not_stop_the_backend() {
             .unwrap_or_else(|_| panic!("{name}: no completion after panicking ones"));
         assert_eq!(r.unwrap(), 4096, "{name}");
         assert_eq!(testdata::first_mismatch(&bytes(&op, 4096), 8192), None);
+    }
+}
+
+/// A source without a descriptor, as an object in a store is: generated
+/// bytes of a given size, read by [`ReadSource::read_at`] (what a ranged
+/// request would do), each call counted.
+struct NoFdSource {
+    size: u64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl ReadSource for NoFdSource {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64, _flags: i32) -> io::Result<usize> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n = (self.size.saturating_sub(offset) as usize).min(buf.len());
+        testdata::fill(&mut buf[..n], offset);
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_source_without_a_descriptor_is_read_by_every_way_with_the_same_semantics() {
+    let source = Arc::new(NoFdSource {
+        size: 1 << 20,
+        calls: std::sync::atomic::AtomicU64::new(0),
+    });
+    for (name, read, _) in ways() {
+        let before = source.calls.load(std::sync::atomic::Ordering::Relaxed);
+        // Whole, into one buffer.
+        let (op, r) = read(ReadOp {
+            source: source.clone(),
+            offset: 4096,
+            len: 64 << 10,
+            buf: IoBuf::Owned(AlignedBuf::new(64 << 10, 4096)),
+            flags: 0,
+            known_miss: false,
+        });
+        assert_eq!(r.unwrap(), 64 << 10, "{name}");
+        assert_eq!(
+            testdata::first_mismatch(&bytes(&op, 64 << 10), 4096),
+            None,
+            "{name}"
+        );
+        // Reaching the end: short and exact.
+        let (op, r) = read(ReadOp {
+            source: source.clone(),
+            offset: (1 << 20) - 1000,
+            len: 8192,
+            buf: IoBuf::Owned(AlignedBuf::new(8192, 4096)),
+            flags: 0,
+            known_miss: false,
+        });
+        assert_eq!(r.unwrap(), 1000, "{name}");
+        assert_eq!(
+            testdata::first_mismatch(&bytes(&op, 1000), (1 << 20) - 1000),
+            None,
+            "{name}"
+        );
+        // Past the end: nothing.
+        let (_, r) = read(ReadOp {
+            source: source.clone(),
+            offset: 2 << 20,
+            len: 4096,
+            buf: IoBuf::Owned(AlignedBuf::new(4096, 4096)),
+            flags: 0,
+            known_miss: false,
+        });
+        assert_eq!(r.unwrap(), 0, "{name}");
+        let calls = source.calls.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(calls >= 3, "{name}: the source read itself {calls} times");
     }
 }

@@ -120,10 +120,55 @@ impl IoBuf {
     }
 }
 
-/// One read: `len` bytes of `fd` at `offset` into `buf`.
+/// Where a read's bytes come from: the one abstraction every backend reads
+/// through, and the seam for a second kind of source.
+///
+/// * A **file** is read by its descriptor: io_uring and the pread pool take
+///   it from [`ReadSource::fd`]. `Arc<OwnedFd>` is this kind.
+/// * A source **without a descriptor** (an object in a store, read by
+///   ranged requests with their own latency and concurrency) answers `None`
+///   and reads itself in [`ReadSource::read_at`]. The fd backends still
+///   serve it, in the thread that submits (the pool) or finds it (io_uring
+///   reads it at once); a backend of its own, built for its latency, is
+///   what such a source is meant to have.
+///
+/// The cache above keys pages by an opened source's number, whatever its
+/// kind, and the policies see only pages: neither knows which kind it is.
+pub trait ReadSource: Send + Sync {
+    /// The descriptor to read with, for a file.
+    fn fd(&self) -> Option<BorrowedFd<'_>>;
+    /// Reads into `buf` at `offset`, in the calling thread, with the
+    /// backends' semantics: fewer bytes than asked only at the end of the
+    /// source. `flags` are preadv2(2)'s `RWF_*`, which a source without a
+    /// descriptor ignores. A file is read by the backends through its
+    /// descriptor and never calls this.
+    fn read_at(&self, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize>;
+}
+
+impl ReadSource for OwnedFd {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match crate::sys::pread_flags(self, &mut buf[done..], offset + done as u64, flags) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// One read: `len` bytes of `source` at `offset` into `buf`.
 pub struct ReadOp {
-    /// The file, kept open until the read completes.
-    pub fd: Arc<OwnedFd>,
+    /// What is read (a file: its descriptor), kept open until the read
+    /// completes.
+    pub source: Arc<dyn ReadSource>,
     /// Byte offset in the file (aligned for O_DIRECT files).
     pub offset: u64,
     /// Bytes to read; at most `buf.capacity()`.
@@ -190,9 +235,9 @@ fn run_completion(done: Completion, op: ReadOp, result: io::Result<usize>) {
 /// refused). A buffered descriptor (the fallback on FUSE, NFS, tmpfs) may
 /// return short reads anywhere: they are continued, never taken for the
 /// end. Whether `fd` is O_DIRECT is asked only in that rare case.
-fn continue_after(done: usize, n: usize, len: usize, fd: BorrowedFd<'_>) -> Option<usize> {
+fn continue_after(done: usize, n: usize, len: usize, fd: Option<BorrowedFd<'_>>) -> Option<usize> {
     let total = done + n;
-    if n == 0 || total >= len || (total % SECTOR != 0 && is_direct(fd)) {
+    if n == 0 || total >= len || (total % SECTOR != 0 && fd.is_some_and(is_direct)) {
         None
     } else {
         Some(total)
@@ -209,6 +254,9 @@ fn is_direct(fd: BorrowedFd<'_>) -> bool {
 /// semantics. Demand reads use this: the reader waits anyway, and doing the
 /// read itself spares a hand-off to another thread.
 pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
+    let Some(fd) = op.source.fd().map(|fd| fd.as_raw_fd()) else {
+        return read_by_source(op);
+    };
     let mut done = 0;
     loop {
         let iov = op.buf.iovecs(done, op.len - done);
@@ -216,7 +264,7 @@ pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
         // nobody else touches while the read runs (`&mut op`).
         let n = unsafe {
             libc::preadv2(
-                op.fd.as_raw_fd(),
+                fd,
                 iov.as_ptr(),
                 iov.len() as libc::c_int,
                 (op.offset + done as u64) as libc::off_t,
@@ -230,11 +278,31 @@ pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
                 _ => return Err(err),
             }
         }
-        match continue_after(done, n as usize, op.len, op.fd.as_fd()) {
+        match continue_after(done, n as usize, op.len, op.source.fd()) {
             None => return Ok(done + n as usize),
             Some(d) => done = d,
         }
     }
+}
+
+/// A read of a source without a descriptor: [`ReadSource::read_at`] into
+/// each part of the buffer in turn, stopping at the source's end.
+fn read_by_source(op: &mut ReadOp) -> io::Result<usize> {
+    let source = op.source.clone();
+    let iov = op.buf.iovecs(0, op.len);
+    let mut done = 0;
+    for v in &iov {
+        // SAFETY: each iovec points into `op.buf`, which `op` owns and
+        // which nobody else touches while the read runs (`&mut op`); the
+        // iovecs do not overlap, and each slice lives only for its read.
+        let part = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) };
+        let n = source.read_at(part, op.offset + done as u64, op.flags)?;
+        done += n;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(done)
 }
 
 /// Which backend to use.
@@ -289,17 +357,17 @@ mod short_reads {
         let buffered = crate::sys::open_read(&p, false).unwrap();
         let b = buffered.as_fd();
         // FUSE or NFS may stop at any byte: go on from there.
-        assert_eq!(continue_after(0, 1000, 8192, b), Some(1000));
-        assert_eq!(continue_after(4096, 100, 8192, b), Some(4196));
+        assert_eq!(continue_after(0, 1000, 8192, Some(b)), Some(1000));
+        assert_eq!(continue_after(4096, 100, 8192, Some(b)), Some(4196));
         // Only a read of nothing is the end; a complete read is complete.
-        assert_eq!(continue_after(1000, 0, 8192, b), None);
-        assert_eq!(continue_after(4096, 4096, 8192, b), None);
+        assert_eq!(continue_after(1000, 0, 8192, Some(b)), None);
+        assert_eq!(continue_after(4096, 4096, 8192, Some(b)), None);
         match crate::sys::open_read(&p, true) {
             Ok(direct) => {
                 let d = direct.as_fd();
                 // O_DIRECT stops off a sector boundary only at the end.
-                assert_eq!(continue_after(0, 1000, 8192, d), None);
-                assert_eq!(continue_after(0, 4096, 8192, d), Some(4096));
+                assert_eq!(continue_after(0, 1000, 8192, Some(d)), None);
+                assert_eq!(continue_after(0, 4096, 8192, Some(d)), Some(4096));
             }
             Err(e) => eprintln!("SKIP O_DIRECT half: {e}"),
         }

@@ -21,7 +21,7 @@
 //! caller), reads with `READV` as before.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -334,22 +334,24 @@ fn reap(shared: &Shared) {
                     }
                 } else {
                     let n = res as usize;
-                    let next = continue_after(rec.progress, n, rec.op.len, rec.op.fd.as_fd());
+                    let next = continue_after(rec.progress, n, rec.op.len, rec.op.source.fd());
                     rec.progress = next.unwrap_or(rec.progress + n);
                     next
                 }
-                .map(|done| {
+                .and_then(|done| {
+                    // Only reads of a descriptor reach the ring (`submit`).
+                    let fd = rec.op.source.fd()?.as_raw_fd();
                     rec.iov = IoVecs(rec.op.buf.iovecs(done, rec.op.len - done));
                     let fixed = shared.fixed_for(&rec.op, &rec.iov.0);
                     rec.fixed = fixed.is_some();
-                    (
-                        rec.op.fd.as_raw_fd(),
+                    Some((
+                        fd,
                         rec.iov.0.as_ptr(),
                         rec.iov.0.len(),
                         fixed,
                         rec.op.offset + done as u64,
                         (rec.op.flags, rec.op.known_miss),
-                    )
+                    ))
                 })
             };
             match next {
@@ -423,8 +425,15 @@ impl Backend for Uring {
     }
 
     fn submit(&self, mut op: ReadOp, done: Completion) {
+        let Some(fd) = op.source.fd().map(|fd| fd.as_raw_fd()) else {
+            // A source without a descriptor reads itself (`ReadSource`),
+            // here: the ring has nothing to read it with.
+            let result = super::read_blocking(&mut op);
+            run_completion(done, op, result);
+            return;
+        };
         let iov = IoVecs(op.buf.iovecs(0, op.len));
-        let (fd, offset, flags) = (op.fd.as_raw_fd(), op.offset, (op.flags, op.known_miss));
+        let (offset, flags) = (op.offset, (op.flags, op.known_miss));
         let (ptr, cnt) = (iov.0.as_ptr(), iov.0.len());
         let fixed = self.shared.fixed_for(&op, &iov.0);
         let id = {

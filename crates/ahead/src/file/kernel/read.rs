@@ -63,7 +63,7 @@ impl KernelRead {
                     let s = slot.clone();
                     add(&kf.counters.backend_reads, 1);
                     let op = ReadOp {
-                        fd: kf.fd.clone(),
+                        source: kf.fd.clone(),
                         offset: at,
                         len: rest,
                         buf: IoBuf::Owned(AlignedBuf::new(rest, 512)),
