@@ -107,6 +107,9 @@ pub struct StreamTable {
     /// The record of every settled window of ahead's own rules in this
     /// file; while it is poor, new streams start held.
     ledger: Ledger,
+    /// Some window may have speculative pages not yet used (a request may
+    /// credit one); false only when none has (see `credit`).
+    open: bool,
     /// The kernel's context readahead as a fallback
     /// ([`RaConfig::context_readahead`]).
     context: bool,
@@ -127,6 +130,7 @@ impl StreamTable {
             current: None,
             dense: Dense::new(),
             ledger: Ledger::EMPTY,
+            open: false,
             context: config.context_readahead,
             rearm_need: REARM_RUN,
         }
@@ -161,12 +165,21 @@ impl StreamTable {
     }
 
     /// Credits every live window with the pages `req` takes from it.
+    /// Skips the scan while no window has credit left to take, as on a
+    /// file read at random: the scan is on every request's path, cached
+    /// ones included.
     fn credit(&mut self, req: Request) {
+        if !self.open {
+            return;
+        }
+        let mut open = false;
         for s in self.streams.iter_mut().filter(|s| s.live) {
             for issued in [&mut s.window, &mut s.previous].into_iter().flatten() {
                 issued.credit(req);
+                open |= issued.used < issued.speculative;
             }
         }
+        self.open = open;
     }
 
     fn effective_max(&self, s: &Stream) -> u64 {
@@ -180,7 +193,9 @@ impl StreamTable {
         let expected = expected_pages(s.direction, &window);
         let gone = s.previous.take();
         s.previous = s.window;
-        s.window = Some(Issued::new(window, expected, req, req.index));
+        let issued = Issued::new(window, expected, req, req.index);
+        self.open |= issued.speculative > 0;
+        s.window = Some(issued);
         if let Some(issued) = gone {
             self.settle(slot, issued);
         }
@@ -378,13 +393,7 @@ impl Policy for StreamTable {
     }
 
     fn outstanding(&self) -> bool {
-        self.streams.iter().any(|s| {
-            s.live
-                && [s.window, s.previous]
-                    .into_iter()
-                    .flatten()
-                    .any(|i| i.used < i.speculative)
-        })
+        self.open
     }
 
     fn feedback(&mut self, event: Feedback) {
