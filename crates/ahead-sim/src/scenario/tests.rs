@@ -1,0 +1,105 @@
+//! Tests of the scenarios and of trace parsing.
+
+use super::*;
+use std::path::Path;
+
+#[test]
+fn trace_errors_name_the_line() {
+    let p = Path::new("t.trace");
+    let err = parse_trace("0 4096\n# c\n\n8192 x 1\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("t.trace:4: length"), "{err}");
+    let err = parse_trace("1 2 3 4\n", p).unwrap_err().to_string();
+    assert!(err.contains(":1:"), "{err}");
+    let err = parse_trace("0 4k s\n", p).unwrap_err().to_string();
+    assert!(err.contains("stream id"), "{err}");
+    let t = parse_trace("0 4k\n4096 4096 7 # x\n", p).unwrap();
+    assert_eq!(
+        t.ops[1],
+        TraceOp {
+            offset: 4096,
+            len: 4096,
+            stream: 7,
+            file: 0
+        }
+    );
+    let err = parse_trace("0 4k 3 color=red\n", p)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field 'color='"), "{err}");
+}
+
+#[test]
+fn ahead_trace_lines_name_their_files() {
+    let p = Path::new("t.trace");
+    let text = "# ahead trace\n# file 7:1 65536 /d/a.db\n# file 7:2 8192 /d/b\n\
+                0 100 3 file=7:1 tid=7 t=1\n4096 4096 4 file=7:2 tid=8 t=2\n8192 4096 3 file=7:1 tid=7 t=3\n";
+    let mut t = parse_trace(text, p).unwrap();
+    assert_eq!(t.files.len(), 2);
+    assert_eq!(t.files[0].size, Some(65536));
+    assert_eq!(t.files[1].path.as_deref(), Some("/d/b"));
+    assert_eq!(t.ops[1].file, 1);
+    assert_eq!(t.ops[2].stream, 3);
+    t.only("a.db").unwrap();
+    assert_eq!(t.ops.len(), 2);
+    assert!(t.only("nope").unwrap_err().contains("7:1 /d/a.db"));
+}
+
+#[test]
+fn memory_smaller_than_a_window_is_refused() {
+    let o = SimOptions {
+        memory: Some(64 * KIB),
+        ..SimOptions::default()
+    };
+    let err = run(&Scenario::Iozone, &o).unwrap_err().to_string();
+    assert!(err.contains("smaller than two readahead windows"), "{err}");
+}
+
+#[test]
+fn unknown_scenario() {
+    let err = Scenario::parse("bogus", None).unwrap_err().to_string();
+    assert!(err.contains("unknown scenario 'bogus'"), "{err}");
+}
+
+#[test]
+fn stride_follows_iozone_column_by_column() {
+    let recs: Vec<u64> = stride_records(1700, 1).map(|(r, _)| r).collect();
+    assert_eq!(recs.len(), 1700);
+    assert_eq!(&recs[..3], &[0, 17, 34]);
+    // Each pass p starts at record p, right after the previous pass
+    // reached the last rows.
+    let starts: Vec<u64> = recs
+        .windows(2)
+        .filter(|w| w[1] < w[0])
+        .map(|w| w[1])
+        .collect();
+    assert_eq!(starts, (1..=17).collect::<Vec<u64>>());
+    // Every record is read once, except that the passes starting at 15
+    // and 16 wrap one row short (iozone wraps when the next record
+    // would reach the last one), and the reads left over begin another
+    // pass at 17: as many reads as the file has records.
+    let mut seen = vec![0u32; 1700];
+    for &r in &recs {
+        seen[r as usize] += 1;
+    }
+    let never: Vec<usize> = (0..1700).filter(|&r| seen[r] == 0).collect();
+    let twice: Vec<usize> = (0..1700).filter(|&r| seen[r] == 2).collect();
+    assert_eq!(never, vec![1698, 1699]);
+    assert_eq!(twice, vec![17, 34]);
+}
+
+#[test]
+fn small_iozone_runs_every_workload_for_every_policy() {
+    let o = SimOptions {
+        file_size: Some(64 * MIB),
+        memory: Some(32 * MIB),
+        ..SimOptions::default()
+    };
+    let r = run(&Scenario::Iozone, &o).unwrap();
+    assert_eq!(r.len(), 7 * 3);
+    for row in &r {
+        assert!(row.throughput_mb_s > 0.0, "{row:?}");
+        assert!((row.requested_mb - 64.0 * 1.048576).abs() < 0.01, "{row:?}");
+    }
+}

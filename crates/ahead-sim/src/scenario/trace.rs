@@ -1,0 +1,197 @@
+//! Traces of real programs, as `ahead trace` writes them (or plain
+//! `offset length [stream]` lines): parsing, loading (plain or gzip), and
+//! keeping one file of several.
+
+use super::SimError;
+
+/// One request of a trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceOp {
+    /// Byte offset.
+    pub offset: u64,
+    /// Byte length.
+    pub len: u64,
+    /// Stream id (0 if the line has none).
+    pub stream: u64,
+    /// Index of the op's file in [`Trace::files`] (0 for a trace without
+    /// `file=` fields).
+    pub file: usize,
+}
+
+/// A file a trace reads.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct TraceFile {
+    /// The id of its `file=` fields ("" for a trace without them).
+    pub id: String,
+    /// Its size, from a `# file ID SIZE PATH` line.
+    pub size: Option<u64>,
+    /// Its path, from the same line.
+    pub path: Option<String>,
+}
+
+/// A parsed trace.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The reads, in order.
+    pub ops: Vec<TraceOp>,
+    /// The files, in order of first mention.
+    pub files: Vec<TraceFile>,
+}
+
+impl Trace {
+    fn file_index(&mut self, id: &str) -> usize {
+        match self.files.iter().position(|f| f.id == id) {
+            Some(i) => i,
+            None => {
+                self.files.push(TraceFile {
+                    id: id.to_string(),
+                    ..TraceFile::default()
+                });
+                self.files.len() - 1
+            }
+        }
+    }
+
+    /// Keeps the ops of the files whose id or path is `which` (a path
+    /// matches whole or by its last component).
+    pub fn only(&mut self, which: &str) -> Result<(), String> {
+        let keep: Vec<usize> = self
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                f.id == which
+                    || f.path.as_deref().is_some_and(|p| {
+                        p == which
+                            || std::path::Path::new(p)
+                                .file_name()
+                                .is_some_and(|n| n == which)
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if keep.is_empty() {
+            let names: Vec<String> = self
+                .files
+                .iter()
+                .map(|f| format!("{} {}", f.id, f.path.as_deref().unwrap_or("")))
+                .collect();
+            return Err(format!(
+                "no file '{which}' in the trace (it has: {})",
+                names.join(", ")
+            ));
+        }
+        self.ops.retain(|op| keep.contains(&op.file));
+        Ok(())
+    }
+}
+
+/// Parses a trace: one read per line, `offset length [stream-id]
+/// [file=ID] [tid=N] [t=NS]`, sizes in bytes or with units (`64k`); blank
+/// lines and `#` comments are skipped, except `# file ID SIZE PATH`,
+/// which names a file (`ahead trace` writes both).
+pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError> {
+    let mut trace = Trace::default();
+    // A trace without file= fields reads one file.
+    let plain = !text.contains("file=");
+    if plain {
+        trace.file_index("");
+    }
+    for (n, raw) in text.lines().enumerate() {
+        let bad = |reason: String| SimError::Trace {
+            path: path.to_path_buf(),
+            line: n + 1,
+            reason,
+        };
+        if let Some(rest) = raw.trim_start().strip_prefix("# file ") {
+            let mut f = rest.splitn(3, ' ');
+            let (Some(id), Some(size)) = (f.next(), f.next()) else {
+                return Err(bad(format!(
+                    "expected '# file ID SIZE PATH', found '{raw}'"
+                )));
+            };
+            let size = size
+                .parse::<u64>()
+                .map_err(|_| bad(format!("file size '{size}' is not a whole number")))?;
+            if !plain {
+                let i = trace.file_index(id);
+                trace.files[i].size = Some(size);
+                trace.files[i].path = f.next().map(str::to_string);
+            }
+            continue;
+        }
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut positional: Vec<&str> = Vec::new();
+        let mut file = 0;
+        for field in line.split_whitespace() {
+            match field.split_once('=') {
+                Some(("file", id)) => file = trace.file_index(id),
+                Some(("tid", _)) | Some(("t", _)) => {}
+                Some((key, _)) => {
+                    return Err(bad(format!(
+                        "unknown field '{key}=' (known: file=, tid=, t=)"
+                    )))
+                }
+                None => positional.push(field),
+            }
+        }
+        if positional.len() < 2 || positional.len() > 3 {
+            return Err(bad(format!(
+                "expected 'offset length [stream-id]', found {} field(s): '{line}'",
+                positional.len()
+            )));
+        }
+        let offset =
+            ahead::units::parse_size(positional[0]).map_err(|e| bad(format!("offset: {e}")))?;
+        let len =
+            ahead::units::parse_size(positional[1]).map_err(|e| bad(format!("length: {e}")))?;
+        if len == 0 {
+            return Err(bad("length must be at least 1 byte".into()));
+        }
+        let stream = match positional.get(2) {
+            Some(s) => s
+                .parse::<u64>()
+                .map_err(|_| bad(format!("stream id '{s}' is not a whole number")))?,
+            None => 0,
+        };
+        trace.ops.push(TraceOp {
+            offset,
+            len,
+            stream,
+            file,
+        });
+    }
+    if trace.ops.is_empty() {
+        return Err(SimError::Usage(format!(
+            "{}: the trace has no reads",
+            path.display()
+        )));
+    }
+    Ok(trace)
+}
+
+/// Reads and parses a trace file (gzip-compressed if its name ends in
+/// `.gz`, as the corpus's are), keeping one file's reads if asked.
+pub fn load_trace(path: &std::path::Path, which: Option<&str>) -> Result<Trace, SimError> {
+    let io = |source| SimError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let f = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(f), &mut text)
+            .map_err(io)?;
+        text
+    } else {
+        std::fs::read_to_string(path).map_err(io)?
+    };
+    let mut trace = parse_trace(&text, path)?;
+    if let Some(w) = which {
+        trace.only(w).map_err(SimError::Usage)?;
+    }
+    Ok(trace)
+}
