@@ -1,0 +1,143 @@
+//! What the helper writes out: the `--stats` lines of each file at exit,
+//! and the trace lines of `ahead trace`, appended to their files.
+
+use super::*;
+
+/// Counters of one file as one descriptor saw it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct FileStats {
+    pub(super) path: String,
+    pub(super) requests: u64,
+    pub(super) bytes: u64,
+    pub(super) writes: u64,
+    pub(super) written: u64,
+    pub(super) hints: u64,
+    pub(super) hinted_pages: u64,
+    pub(super) hinted_read: u64,
+    pub(super) policy: &'static str,
+    /// Mappings of the file (reads through them are not seen).
+    pub(super) maps: u64,
+    /// The policy's view of the streams, when the file was last closed
+    /// or at exit.
+    pub(super) streams: Vec<String>,
+}
+
+impl State {
+    pub(super) fn flush_trace(&mut self, config: &Config, force: bool) {
+        if self.trace.is_empty() || (!force && self.trace.len() < TRACE_FLUSH) {
+            return;
+        }
+        if let Some(path) = &config.trace {
+            append(path, self.trace.as_bytes());
+        }
+        self.trace.clear();
+    }
+
+    pub(super) fn finish(&mut self, config: &Config, dropped: u64) {
+        self.flush_trace(config, true);
+        let Some(path) = &config.stats else { return };
+        let mut all: Vec<FileStats> = std::mem::take(&mut self.done);
+        all.extend(self.open.drain().map(|(_, o)| o.finish()));
+        // One record per file: descriptors of the same path add up.
+        let mut by_path: Vec<FileStats> = Vec::new();
+        for s in all {
+            match by_path.iter_mut().find(|b| b.path == s.path) {
+                Some(b) => {
+                    b.requests += s.requests;
+                    b.bytes += s.bytes;
+                    b.writes += s.writes;
+                    b.written += s.written;
+                    b.hints += s.hints;
+                    b.hinted_pages += s.hinted_pages;
+                    b.hinted_read += s.hinted_read;
+                    b.maps += s.maps;
+                    if !s.streams.is_empty() {
+                        b.streams = s.streams;
+                    }
+                }
+                None => by_path.push(s),
+            }
+        }
+        let mut out = String::new();
+        let m = match mode() {
+            Mode::Readahead => "readahead",
+            Mode::Uncached => "uncached",
+            Mode::Trace => "trace",
+            Mode::Off => "off",
+        };
+        for s in by_path {
+            let accuracy = if s.hinted_pages > 0 {
+                format!("{:.4}", s.hinted_read as f64 / s.hinted_pages as f64)
+            } else {
+                "null".into()
+            };
+            let _ = writeln!(
+                out,
+                "{{\"pid\":{},\"mode\":\"{}\",\"file\":{},\"requests\":{},\"bytes\":{},\"writes\":{},\"written\":{},\"hints\":{},\"hinted_pages\":{},\"hinted_pages_read\":{},\"accuracy\":{},\"policy\":\"{}\",\"streams\":[{}],\"maps\":{},\"events_dropped\":{}}}",
+                std::process::id(),
+                m,
+                json_string(&s.path),
+                s.requests,
+                s.bytes,
+                s.writes,
+                s.written,
+                s.hints,
+                s.hinted_pages,
+                s.hinted_read,
+                accuracy,
+                s.policy,
+                s.streams.iter().map(|x| json_string(x)).collect::<Vec<_>>().join(","),
+                s.maps,
+                dropped
+            );
+        }
+        append(path, out.as_bytes());
+    }
+}
+
+pub(super) fn json_string(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Appends `bytes` to `path` in one write (O_APPEND: the processes of one
+/// run share the file), never creating it (ahead run did) and only if it
+/// is still a regular file of this user's. The descriptor lives only for
+/// the call.
+pub(super) fn append(path: &str, bytes: &[u8]) {
+    use rustix::fs::{Mode as FMode, OFlags};
+    let Ok(fd) = rustix::fs::open(
+        path,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NONBLOCK,
+        FMode::from_raw_mode(0o600),
+    ) else {
+        return;
+    };
+    // Only into a regular file of this process's own user (ahead run made
+    // it so; a file swapped in since is left alone).
+    match rustix::fs::fstat(&fd) {
+        Ok(st)
+            if st.st_uid == rustix::process::geteuid().as_raw()
+                && rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() => {}
+        _ => return,
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match rustix::io::write(&fd, rest) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => rest = &rest[n..],
+        }
+    }
+}
