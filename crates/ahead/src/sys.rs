@@ -129,11 +129,24 @@ pub fn cachestat(fd: impl AsFd, offset: u64, len: u64) -> io::Result<CacheStat> 
 /// for this file (see [`crate::residency`]): for files the caller can neither
 /// write nor owns, mincore reports every page as resident.
 pub fn mincore(fd: impl AsFd, offset: u64, len: usize, out: &mut Vec<bool>) -> io::Result<()> {
-    if len == 0 {
+    let page = rustix::param::page_size();
+    debug_assert_eq!(offset % page as u64, 0);
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    mincore_into(fd, offset / page as u64, &mut vec)?;
+    out.extend(vec.iter().map(|b| b & 1 != 0));
+    Ok(())
+}
+
+/// mincore(2) of `out.len()` pages of `fd` from page `first_page`, into the
+/// caller's bytes (bit 0 set when the page is cached), without touching the
+/// heap: the file is mapped by system call (rustix), never through a libc
+/// `mmap` that a preloaded library may hook. Same caveat as [`mincore`].
+pub fn mincore_into(fd: impl AsFd, first_page: u64, out: &mut [u8]) -> io::Result<()> {
+    if out.is_empty() {
         return Ok(());
     }
     let page = rustix::param::page_size();
-    debug_assert_eq!(offset % page as u64, 0);
+    let len = out.len() * page;
     // SAFETY: a fresh shared read-only mapping that nothing else references;
     // it is only passed to mincore (never read) and unmapped below.
     let addr = unsafe {
@@ -143,13 +156,11 @@ pub fn mincore(fd: impl AsFd, offset: u64, len: usize, out: &mut Vec<bool>) -> i
             rustix::mm::ProtFlags::READ,
             rustix::mm::MapFlags::SHARED,
             fd,
-            offset,
+            first_page * page as u64,
         )?
     };
-    let pages = len.div_ceil(page);
-    let mut vec = vec![0u8; pages];
-    // SAFETY: `addr` maps `len` bytes; `vec` has one byte per page of it.
-    let rc = unsafe { libc::mincore(addr, len, vec.as_mut_ptr()) };
+    // SAFETY: `addr` maps `len` bytes; `out` has one byte per page of it.
+    let rc = unsafe { libc::mincore(addr, len, out.as_mut_ptr()) };
     let err = io::Error::last_os_error();
     // SAFETY: unmapping exactly what was mapped above.
     unsafe {
@@ -158,7 +169,6 @@ pub fn mincore(fd: impl AsFd, offset: u64, len: usize, out: &mut Vec<bool>) -> i
     if rc != 0 {
         return Err(err);
     }
-    out.extend(vec.iter().map(|b| b & 1 != 0));
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //!   the pages of the request are looked at with `mincore` just before the
 //!   read and only those that were not cached are dropped after it
 //!   (`POSIX_FADV_DONTNEED`), with the kernel's readahead off for the
-//!   descriptor (`POSIX_FADV_RANDOM`). Pages up to [`LOOK_PAST`] beyond
+//!   descriptor (`POSIX_FADV_RANDOM`). Pages up to `LOOK_PAST` (16 MiB) beyond
 //!   the read are looked at and dropped the same way, as the kernel's
 //!   readahead can still bring them in. Writes: every [`FLUSH_EVERY`] bytes, and at close, the file's
 //!   dirty pages are written back (`sync_file_range`) and dropped, as
@@ -28,21 +28,12 @@ use crate::Slot;
 
 mod snapshot;
 
-use snapshot::mincore_window;
 pub(crate) use snapshot::SnapSlot;
 
 /// `RWF_DONTCACHE` (include/uapi/linux/fs.h, Linux 6.14).
 const RWF_DONTCACHE: c_int = 0x80;
 /// The write fallback flushes and drops a file's dirty pages this often.
 pub const FLUSH_EVERY: u64 = 8 << 20;
-/// How far past a read the fallback looks: a read that lands on a
-/// lookahead marker left by someone else's readahead starts the kernel's
-/// async readahead even with `POSIX_FADV_RANDOM` set, up to twice the
-/// device's `read_ahead_kb` past the read (8 MiB on the development VM's
-/// virtio disk). Pages there that were not cached before the read are
-/// dropped after it as well.
-const LOOK_PAST: u64 = 16 << 20;
-
 /// mmap by system call: the library's own mappings must not go through
 /// its `mmap` hook (which counts the program's mappings of files).
 ///
@@ -70,10 +61,6 @@ fn off_arg(pos: Pos) -> i64 {
 
 fn refused(r: ssize_t) -> bool {
     r < 0 && matches!(crate::errno(), libc::EOPNOTSUPP | libc::EINVAL)
-}
-
-fn page() -> u64 {
-    rustix::param::page_size() as u64
 }
 
 /// The call made as `preadv2`/`pwritev2` with RWF_DONTCACHE added, where
@@ -169,33 +156,10 @@ pub(crate) fn read(
     }
     // No snapshot (a file too large for one): residency of the read's
     // pages just before it.
-    let pg = page();
-    let start = offset / pg * pg;
-    let pages = ((offset + len).div_ceil(pg) * pg + LOOK_PAST - start) / pg;
-    let mut before = Residency::new(pages as usize);
-    let seen = before.fill(fd, start, pages);
     crate::set_errno(e);
-    let r = call();
-    if r > 0 && seen {
+    let r = snapshot::around_read(fd, offset, len, call);
+    if r > 0 {
         let e = crate::errno();
-        let end_page = ((offset + r as u64).div_ceil(pg) * pg + LOOK_PAST - start) / pg;
-        let mut i = 0u64;
-        while i < end_page {
-            if before.cached(i as usize) {
-                i += 1;
-                continue;
-            }
-            let run_start = i;
-            while i < end_page && !before.cached(i as usize) {
-                i += 1;
-            }
-            fadvise(
-                fd,
-                start + run_start * pg,
-                (i - run_start) * pg,
-                libc::POSIX_FADV_DONTNEED,
-            );
-        }
         count(Kind::Read, fd, gen, r);
         crate::set_errno(e);
     }
@@ -221,66 +185,6 @@ pub(crate) fn at_exit() {
 fn count(kind: Kind, fd: c_int, gen: u32, r: ssize_t) {
     // The offset is not needed for the counters.
     helper::note(kind, fd, gen, 0, r as u64);
-}
-
-/// A mincore vector (files too large for a snapshot), in an anonymous
-/// mapping.
-struct Residency {
-    map: *mut u8,
-    len: usize,
-}
-
-impl Residency {
-    fn new(pages: usize) -> Residency {
-        // An anonymous mapping, never the stack: a hook may run on a
-        // program's small thread stack.
-        // SAFETY: an anonymous private mapping, unmapped in Drop.
-        let p = unsafe {
-            raw_mmap(
-                std::ptr::null_mut(),
-                pages.max(1),
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Residency {
-                map: std::ptr::null_mut(),
-                len: 0,
-            };
-        }
-        Residency {
-            map: p as *mut u8,
-            len: pages,
-        }
-    }
-
-    /// Reads the residency of `pages` pages from `start`; false if it
-    /// cannot (then nothing is dropped).
-    fn fill(&mut self, fd: c_int, start: u64, pages: u64) -> bool {
-        if self.map.is_null() || self.len < pages as usize || pages == 0 {
-            return false;
-        }
-        // SAFETY: a mapping of len bytes.
-        let v = unsafe { std::slice::from_raw_parts_mut(self.map, self.len) };
-        mincore_window(fd, start / page(), &mut v[..pages as usize])
-    }
-
-    fn cached(&self, i: usize) -> bool {
-        // SAFETY: within the mapping.
-        i < self.len && !self.map.is_null() && unsafe { *self.map.add(i) } & 1 == 1
-    }
-}
-
-impl Drop for Residency {
-    fn drop(&mut self) {
-        if !self.map.is_null() {
-            // SAFETY: the mapping made in new.
-            unsafe { libc::munmap(self.map as *mut c_void, self.len.max(1)) };
-        }
-    }
 }
 
 /// A write of a regular file in uncached mode.

@@ -122,7 +122,6 @@ fn nanos(t: Instant) -> u64 {
 pub(super) struct KernelFile {
     pub(super) mode: Mode,
     fd: Arc<OwnedFd>,
-    page: u64,
     /// RWF_NOWAIT works here (the process-wide probe and the file system);
     /// cleared if a read says otherwise.
     nowait: AtomicBool,
@@ -179,7 +178,7 @@ impl KernelFile {
             let _ = sys::fadvise(fd.as_fd(), 0, 0, sys::Advice::Random);
         }
         let snapshot = (mode == Mode::Uncached && !dontcache && residency_visible)
-            .then(|| Snapshot::take(&fd, size, page))
+            .then(|| Snapshot::take(fd.clone(), size))
             .flatten()
             .map(Arc::new);
         let hints = (mode == Mode::Buffered)
@@ -189,7 +188,6 @@ impl KernelFile {
         KernelFile {
             mode,
             fd,
-            page,
             nowait: AtomicBool::new(nowait),
             dontcache: AtomicBool::new(dontcache),
             residency_visible,
@@ -288,7 +286,7 @@ impl KernelFile {
             add(&self.counters.backend_reads, 1);
             let before = self.residency_before(offset + done as u64, buf.len() - done);
             let r = self.read_blocking(&mut buf[done..], offset + done as u64);
-            KernelFile::drop_new(&self.fd, self.page, before);
+            KernelFile::drop_new(&self.fd, before);
             if let (Some(snap), Ok(got)) = (&self.snapshot, &r) {
                 snap.read(offset + done as u64, *got as u64);
             }

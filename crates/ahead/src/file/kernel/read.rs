@@ -58,7 +58,7 @@ impl KernelRead {
                     *slot.waker.lock().unwrap_or_else(|p| p.into_inner()) =
                         Some(cx.waker().clone());
                     let before = kf.residency_before(at, rest);
-                    let (fd, page) = (kf.fd.clone(), kf.page);
+                    let fd = kf.fd.clone();
                     let snap = kf.snapshot.clone();
                     let s = slot.clone();
                     add(&kf.counters.backend_reads, 1);
@@ -80,7 +80,7 @@ impl KernelRead {
                     backend.submit(
                         op,
                         Box::new(move |op, r| {
-                            KernelFile::drop_new(&fd, page, before);
+                            KernelFile::drop_new(&fd, before);
                             if let (Some(snap), Ok(got)) = (&snap, &r) {
                                 snap.read(at, *got as u64);
                             }

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use crate::sys;
 
+pub mod record;
+
 /// Which system call a [`Residency`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
