@@ -57,7 +57,10 @@ fn cached_reads(c: &mut Criterion) {
     g.bench_function("preadv2-nowait", |b| {
         b.iter(|| {
             let off = rng.u64(0..SIZE / BS) * BS;
-            black_box(ahead::sys::pread_flags(&plain, &mut buf, off, libc::RWF_NOWAIT).unwrap())
+            let iov = &mut [std::io::IoSliceMut::new(&mut buf)];
+            black_box(
+                rustix::io::preadv2(&plain, iov, off, rustix::io::ReadWriteFlags::NOWAIT).unwrap(),
+            )
         })
     });
     g.bench_function("ahead-buffered", |b| {

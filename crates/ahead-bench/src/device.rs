@@ -126,7 +126,8 @@ fn disk_of(path: &Path) -> Result<String, String> {
 
 /// Reads `path` once with O_DIRECT (the host then holds it).
 pub fn host_warm(path: &Path) -> Result<(), String> {
-    let fd = ahead::sys::open_read(path, true).map_err(|e| format!("{}: {e}", path.display()))?;
+    let fd =
+        ahead::testdata::open_read(path, true).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut buf = ahead::io::AlignedBuf::new(4 << 20, 4096);
     let mut at = 0u64;
     loop {

@@ -261,7 +261,7 @@ fn size(p: &Path) -> Result<u64, String> {
 }
 
 fn open(p: &Path) -> Result<Arc<OwnedFd>, String> {
-    ahead::sys::open_read(p, false)
+    ahead::testdata::open_read(p, false)
         .map(Arc::new)
         .map_err(|e| format!("{}: {e}", p.display()))
 }
@@ -275,12 +275,9 @@ pub fn run(files: &MixFiles, engine: MixEngine, cfg: &MixConfig) -> Result<MixRe
         MixEngine::AheadBuffered => run_ahead(files, sizes, cfg, f3_next, deadline),
         MixEngine::PoolOnly | MixEngine::IoUring => {
             let backend: Arc<dyn Backend> = if engine == MixEngine::PoolOnly {
-                Arc::new(ahead::io::pool::Pool::new(cfg.inflight))
+                Arc::new(ahead::io::Pool::new(cfg.inflight))
             } else {
-                Arc::new(
-                    ahead::io::uring::Uring::new(cfg.inflight)
-                        .map_err(|e| format!("io_uring: {e}"))?,
-                )
+                Arc::new(ahead::io::Uring::new(cfg.inflight).map_err(|e| format!("io_uring: {e}"))?)
             };
             run_backend(files, sizes, cfg, f3_next, deadline, backend)
         }
@@ -360,7 +357,9 @@ fn run_pread(
                 while start.elapsed() < deadline {
                     let (class, offset) = picker.next();
                     let t = Instant::now();
-                    match ahead::sys::pread_flags(&*fds[class], &mut buf, offset, 0) {
+                    match rustix::io::pread(&*fds[class], &mut buf, offset)
+                        .map_err(std::io::Error::from)
+                    {
                         Ok(n) => rec.add(class, t, n),
                         Err(_) => {
                             failed.store(true, Ordering::Relaxed);

@@ -173,7 +173,7 @@ pub struct Measurement {
     /// 99th percentile request latency in µs, when timed.
     pub p99_us: Option<f64>,
     /// ahead's counters, for ahead runs.
-    pub stats: Option<ahead::cache::Stats>,
+    pub stats: Option<ahead::Stats>,
     /// Whether reads bypassed the kernel cache as intended.
     pub direct: bool,
     /// Device reads sent into registered buffers, for ahead runs.
@@ -280,7 +280,7 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
         Engine::Kernel | Engine::KernelDirect => {
             let direct = matches!(engine, Engine::KernelDirect);
             let fd = Arc::new(
-                ahead::sys::open_read(path, direct)
+                ahead::testdata::open_read(path, direct)
                     .map_err(|e| format!("open {}: {e}", path.display()))?,
             );
             let parts = split_for_depth(parts, w.depth);
@@ -337,8 +337,8 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
 /// in 4 KiB requests to spend an IOPS burst too made the next runs less
 /// steady, not more; runs bound by IOPS are sized to last seconds instead.)
 fn drain(path: &Path, bytes: u64) -> Result<(), RunError> {
-    let fd =
-        ahead::sys::open_read(path, true).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let fd = ahead::testdata::open_read(path, true)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
     let mut buf = AlignedBuf::new(1 << 20, 4096);
     let mut at = 0;
     while at < bytes {
@@ -354,8 +354,8 @@ fn drain(path: &Path, bytes: u64) -> Result<(), RunError> {
 
 /// Drops `path` from the kernel's cache.
 pub fn evict(path: &Path) -> Result<(), RunError> {
-    let fd =
-        ahead::sys::open_read(path, false).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let fd = ahead::testdata::open_read(path, false)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
     ahead::residency::evict(&fd, 0, 0).map_err(|e| format!("evict {}: {e}", path.display()))
 }
 
@@ -587,9 +587,10 @@ fn ahead_at_depth(
 /// in flight.
 fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Measurement, RunError> {
     let fd = Arc::new(
-        ahead::sys::open_read(path, true).map_err(|e| format!("open {}: {e}", path.display()))?,
+        ahead::testdata::open_read(path, true)
+            .map_err(|e| format!("open {}: {e}", path.display()))?,
     );
-    let ring = ahead::io::uring::Uring::new(depth).map_err(|e| format!("io_uring: {e}"))?;
+    let ring = ahead::io::Uring::new(depth).map_err(|e| format!("io_uring: {e}"))?;
     type Done = (ReadOp, std::io::Result<usize>);
     let (tx, rx) = std::sync::mpsc::channel::<Done>();
     // Buffers are recycled: allocating a zeroed buffer per read would cost

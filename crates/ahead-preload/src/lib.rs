@@ -17,8 +17,8 @@
 //!   decides on streams the kernel does not follow (backward, strided,
 //!   interleaved). The program's thread never waits for a hint.
 //! * `uncached`: reads and writes of regular files leave the page cache as
-//!   they found it (see [`uncached`]).
-//! * `trace`: each read of a regular file is recorded (see [`helper`]).
+//!   they found it (see `uncached/`).
+//! * `trace`: each read of a regular file is recorded (see `helper/`).
 //! * `off`: the hooks only pass calls on (the library's own cost).
 //!
 //! Descriptors are tracked in a fixed table indexed by descriptor number

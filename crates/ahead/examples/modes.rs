@@ -22,8 +22,9 @@ fn cached_pages(path: &std::path::Path) -> String {
         Ok(f) => f,
         Err(e) => return e.to_string(),
     };
-    match ahead::sys::cachestat(&f, 0, 0) {
-        Ok(c) => format!("{} pages cached", c.cached),
+    match ahead::residency::of_range(&f, 0, u64::MAX) {
+        Ok(ahead::residency::Seen::Known(r)) => format!("{} pages cached", r.cached),
+        Ok(ahead::residency::Seen::Unknown { why, .. }) => format!("residency unknown ({why})"),
         Err(e) => format!("residency unknown ({e})"),
     }
 }

@@ -6,28 +6,51 @@
 //! interleaved streams on one handle, backward and strided reads, and adapts
 //! to thrashing and to slow devices.
 //!
-//! This crate is the library. Today it holds:
+//! ## The public API
 //!
-//! * [`Engine`] and [`File`], opened in one of three [`Mode`]s per file
-//!   ([`OpenOptions`]): `Direct` — O_DIRECT reads through ahead's own page
-//!   cache ([`cache`]) and readahead, over an I/O backend ([`io`]: io_uring
-//!   or a thread pool); `Buffered` — the kernel's cache, cached data served
-//!   by a non-blocking `preadv2(RWF_NOWAIT)` on the caller's thread and only
-//!   misses handed to the backend, with kernel hints for the streams the
-//!   kernel does not detect; `Uncached` — reads that leave the kernel's
-//!   cache as they found it (`RWF_DONTCACHE`, or residency before and
-//!   `DONTNEED` after). `docs/modes.md` in the repository is the reference;
+//! Everything a user reaches, by module (the rest is private):
+//!
+//! * the crate root: [`Engine`] and [`EngineConfig`]; [`File`], opened
+//!   with [`OpenOptions`] in one of three [`Mode`]s, read with
+//!   [`File::read_at`], [`File::read_at_async`], [`File::read_owned`]
+//!   ([`ReadAt`], [`ReadOwned`]), [`File::read_many`], [`File::read_pages`]
+//!   ([`Pages`]) and [`File::reader`] ([`Reader`]), advised with
+//!   [`Advice`], refreshed with [`File::refresh`] ([`Refreshed`]); its
+//!   counters [`Stats`]; the cache's [`EvictionKind`]; [`Error`],
+//!   [`ParseError`] and [`Result`].
+//!   - `Direct` — O_DIRECT reads through ahead's own page cache and
+//!     readahead, over an I/O backend (io_uring or a thread pool);
+//!   - `Buffered` — the kernel's cache, cached data served by a
+//!     non-blocking `preadv2(RWF_NOWAIT)` on the caller's thread and only
+//!     misses handed to the backend, with kernel hints for the streams the
+//!     kernel does not detect;
+//!   - `Uncached` — reads that leave the kernel's cache as they found it
+//!     (`RWF_DONTCACHE`, or a residency record and `DONTNEED`).
+//!
+//!   `docs/modes.md` in the repository is the reference.
+//! * [`io`] — the backends reads go to ([`io::Backend`], [`io::Uring`],
+//!   [`io::Pool`], [`io::new_backend`], [`io::BackendKind`]), the read
+//!   they take ([`io::ReadOp`], its memory [`io::IoBuf`],
+//!   [`io::AlignedBuf`]) and what it reads from ([`io::ReadSource`], the
+//!   seam a source other than a local file plugs into);
+//! * [`ra`] — the readahead policies (pure decision logic: [`ra::Policy`],
+//!   [`ra::new_policy`], [`ra::PolicyKind`], one module per policy with
+//!   the constants it is tuned by) and [`ra::drive`], the one function
+//!   every engine and the simulator consult them through;
+//! * [`residency`] — the kernel page cache's view of a file (cachestat,
+//!   mincore), evict and warm, and the residency [`residency::record`]
+//!   behind the Uncached fallback;
 //! * [`features`] — the kernel features ahead uses, probed at run time
 //!   (what `ahead doctor` prints);
-//! * [`ra`] — the readahead policies (pure decision logic) and the
-//!   [`ra::drive`] function that every engine uses to consult them;
-//! * [`residency`] — the kernel page cache's view of a file (cachestat,
-//!   mincore), evict and warm;
 //! * [`copy`] — the copy engine behind `ahead copy` (parallel,
-//!   sparse-aware, neutral to the page cache, resumable, verified);
-//! * [`sys`] — the system calls that need a thin wrapper;
-//! * [`testdata`] — generated file contents in which every byte is checkable;
+//!   sparse-aware, neutral to the page cache, resumable, verified):
+//!   [`copy::copy`], [`copy::copy_tree`], [`copy::CopyOptions`];
 //! * [`units`] — page/byte conversions and human-readable sizes.
+//!
+//! With the `testing` feature (for the workspace's tests, benchmarks and
+//! examples, not part of the API): `testdata` (generated file contents in
+//! which every byte is checkable) and `io::fault` (a backend that injects
+//! errors, short reads and delays).
 //!
 //! Reading a file in Direct mode:
 //!
@@ -126,7 +149,7 @@
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod cache;
+mod cache;
 pub mod copy;
 mod error;
 pub mod features;
@@ -134,11 +157,12 @@ mod file;
 pub mod io;
 pub mod ra;
 pub mod residency;
-pub mod sys;
+mod sys;
+#[cfg(any(test, feature = "testing"))]
 pub mod testdata;
 pub mod units;
 
-pub use cache::Stats;
+pub use cache::{EvictionKind, Stats};
 pub use error::{Error, ParseError, Result};
 pub use file::{
     Advice, Engine, EngineConfig, File, Mode, OpenOptions, Pages, ReadAt, ReadOwned, Reader,

@@ -7,7 +7,6 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::Path;
 
 pub use rustix::fs::Advice;
 use rustix::fs::{Mode, OFlags, StatxFlags};
@@ -16,15 +15,6 @@ use rustix::fs::{Mode, OFlags, StatxFlags};
 /// is enough for every block device of the last decade; 512 bytes is the
 /// smallest sector).
 pub const FALLBACK_DIO_ALIGN: u32 = 4096;
-
-/// Opens `path` read-only, with O_DIRECT when `direct` (open(2)).
-pub fn open_read(path: &Path, direct: bool) -> io::Result<OwnedFd> {
-    let mut flags = OFlags::RDONLY | OFlags::CLOEXEC;
-    if direct {
-        flags |= OFlags::DIRECT;
-    }
-    Ok(rustix::fs::open(path, flags, Mode::empty())?)
-}
 
 /// O_DIRECT's alignment for `fd`: (memory alignment, offset alignment), from
 /// statx(2) `STATX_DIOALIGN`, or [`FALLBACK_DIO_ALIGN`] for both on kernels

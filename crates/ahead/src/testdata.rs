@@ -70,12 +70,29 @@ pub fn write_file(path: &Path, size: u64) -> io::Result<()> {
     f.sync_all()
 }
 
+/// Opens `path` read-only, with O_DIRECT when `direct` (as the tests and
+/// benchmarks open the files they compare with).
+pub fn open_read(path: &Path, direct: bool) -> io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let mut flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    if direct {
+        flags |= OFlags::DIRECT;
+    }
+    Ok(rustix::fs::open(path, flags, Mode::empty())?)
+}
+
 /// Whether files in `dir` can be opened with O_DIRECT (tmpfs, for one,
 /// refuses it).
 pub fn supports_direct(dir: &Path) -> bool {
     let probe = dir.join(format!(".ahead-direct-probe-{}", std::process::id()));
-    let ok =
-        std::fs::write(&probe, [0u8; 4096]).is_ok() && crate::sys::open_read(&probe, true).is_ok();
+    let ok = std::fs::write(&probe, [0u8; 4096]).is_ok() && {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)
+            .is_ok()
+    };
     let _ = std::fs::remove_file(&probe);
     ok
 }
@@ -142,7 +159,7 @@ pub fn column_order(records: u64, width: u64) -> impl Iterator<Item = u64> {
 /// (a SKIP line on stderr says so where not).
 pub fn real_backends() -> Vec<crate::io::BackendKind> {
     let mut v = vec![crate::io::BackendKind::Pool];
-    match crate::io::uring::Uring::new(1) {
+    match crate::io::Uring::new(1) {
         Ok(_) => v.push(crate::io::BackendKind::Uring),
         Err(e) => eprintln!("SKIP the io_uring half: io_uring unavailable here: {e}"),
     }

@@ -37,7 +37,7 @@ fn small(backend: BackendKind, policy: PolicyKind) -> Engine {
 fn engines() -> Vec<(String, Engine)> {
     let mut v = Vec::new();
     for backend in [BackendKind::Pool, BackendKind::Uring] {
-        if backend == BackendKind::Uring && ahead::io::uring::Uring::new(1).is_err() {
+        if backend == BackendKind::Uring && ahead::io::Uring::new(1).is_err() {
             eprintln!("SKIP io_uring engine tests: io_uring unavailable");
             continue;
         }
@@ -241,7 +241,7 @@ fn lock_free_hits_racing_refreshes_and_eviction_return_the_right_bytes() {
     let path = gen(dir.path(), "hot", size);
     let other = gen(dir.path(), "cold", 4 << 20);
     for backend in [BackendKind::Pool, BackendKind::Uring] {
-        if backend == BackendKind::Uring && ahead::io::uring::Uring::new(1).is_err() {
+        if backend == BackendKind::Uring && ahead::io::Uring::new(1).is_err() {
             eprintln!("SKIP io_uring: unavailable");
             continue;
         }

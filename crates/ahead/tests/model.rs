@@ -133,7 +133,7 @@ proptest! {
     fn the_engine_agrees_with_a_plain_model_of_the_bytes(ops in prop::collection::vec(op(), 1..80)) {
         let f = files();
         run(&ops, BackendKind::Pool, &f.paths)?;
-        if ahead::io::uring::Uring::new(1).is_ok() {
+        if ahead::io::Uring::new(1).is_ok() {
             run(&ops, BackendKind::Uring, &f.paths)?;
         }
     }

@@ -295,13 +295,9 @@ fn read_pages_is_refused_in_the_kernel_modes() {
 /// cachestat (mincore if cachestat is missing).
 fn cached_pages(p: &Path, from: u64, to: u64) -> u64 {
     let f = std::fs::File::open(p).unwrap();
-    match ahead::sys::cachestat(&f, from, to - from) {
-        Ok(c) => c.cached,
-        Err(_) => {
-            let mut v = Vec::new();
-            ahead::sys::mincore(&f, from, (to - from) as usize, &mut v).unwrap();
-            v.iter().filter(|&&b| b).count() as u64
-        }
+    match ahead::residency::of_range(&f, from, to - from).unwrap() {
+        ahead::residency::Seen::Known(r) => r.cached,
+        ahead::residency::Seen::Unknown { why, .. } => panic!("residency unknown: {why}"),
     }
 }
 

@@ -190,11 +190,6 @@ impl PageCache {
         })
     }
 
-    /// Page size in bytes.
-    pub fn page_size(&self) -> usize {
-        self.page
-    }
-
     /// Number of frames (the budget in pages).
     pub fn frames(&self) -> usize {
         self.arena.frames()

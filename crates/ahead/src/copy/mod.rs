@@ -71,8 +71,8 @@ pub use journal::StateDir;
 use place::Source;
 
 use dest::*;
+pub use plan::MAX_CHUNK_BYTES;
 use plan::*;
-pub use plan::{MAX_CHUNK_BYTES, MAX_DEPTH};
 use run::copy_to;
 use source::*;
 pub use verify::checksum_file;

@@ -265,9 +265,9 @@ impl Engine {
         Engine::with_backend(config, backend)
     }
 
-    /// An engine whose reads go to `backend` (for example a
-    /// [`crate::io::fault::Fault`] around a real one) instead of the one
-    /// `config.backend` names.
+    /// An engine whose reads go to `backend` instead of the one
+    /// `config.backend` names (for example, in tests, an `io::fault::Fault`
+    /// around a real one).
     pub fn with_backend(config: EngineConfig, backend: Arc<dyn Backend>) -> Result<Engine> {
         let (max_ra_pages, frames) = Engine::check(&config)?;
         let page = config.page_size;

@@ -55,7 +55,7 @@ fn ways() -> Vec<Way> {
 fn file(dir: &Path, name: &str, size: u64) -> Arc<OwnedFd> {
     let p = dir.join(name);
     testdata::write_file(&p, size).unwrap();
-    Arc::new(crate::sys::open_read(&p, true).unwrap())
+    Arc::new(crate::testdata::open_read(&p, true).unwrap())
 }
 
 fn owned(fd: &Arc<OwnedFd>, offset: u64, len: usize) -> ReadOp {

@@ -5,13 +5,13 @@
 //! back with the result, so no borrow crosses the asynchronous gap. Two real
 //! backends implement it:
 //!
-//! * [`uring::Uring`] — io_uring, one ring per backend, a completion thread,
+//! * [`Uring`] — io_uring, one ring per backend, a completion thread,
 //!   vectored reads straight into the cache's frames, bounded queue depth;
-//! * [`pool::Pool`] — `preadv` on a bounded pool of threads, for kernels
+//! * [`Pool`] — `preadv` on a bounded pool of threads, for kernels
 //!   without io_uring (or where it is disabled).
 //!
-//! [`fault::Fault`] wraps either to inject errors, short reads and delays in
-//! tests.
+//! `fault::Fault` (with the `testing` feature) wraps either to inject
+//! errors, short reads and delays in tests.
 //!
 //! Both have the same semantics, checked by one conformance suite: a read
 //! returns `Ok(n)` with `n == len` unless it reached the end of the file, in
@@ -19,16 +19,19 @@
 //! not at the end are continued inside the backend, `EINTR`/`EAGAIN` are
 //! retried, and any other error is returned as it is.
 
-pub mod buf;
+mod buf;
+#[cfg(any(test, feature = "testing"))]
 pub mod fault;
-pub mod pool;
-pub mod uring;
+mod pool;
+mod uring;
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 pub use buf::{AlignedBuf, Arena};
+pub use pool::Pool;
+pub use uring::Uring;
 
 /// The unit O_DIRECT transfers in: a read that stops at an offset that is
 /// not a multiple of it stopped at the end of the file.
@@ -354,7 +357,7 @@ mod short_reads {
         let dir = tempfile::tempdir_in(crate::testdata::scratch_root()).unwrap();
         let p = dir.path().join("f");
         crate::testdata::write_file(&p, 64 << 10).unwrap();
-        let buffered = crate::sys::open_read(&p, false).unwrap();
+        let buffered = crate::testdata::open_read(&p, false).unwrap();
         let b = buffered.as_fd();
         // FUSE or NFS may stop at any byte: go on from there.
         assert_eq!(continue_after(0, 1000, 8192, Some(b)), Some(1000));
@@ -362,7 +365,7 @@ mod short_reads {
         // Only a read of nothing is the end; a complete read is complete.
         assert_eq!(continue_after(1000, 0, 8192, Some(b)), None);
         assert_eq!(continue_after(4096, 4096, 8192, Some(b)), None);
-        match crate::sys::open_read(&p, true) {
+        match crate::testdata::open_read(&p, true) {
             Ok(direct) => {
                 let d = direct.as_fd();
                 // O_DIRECT stops off a sector boundary only at the end.
