@@ -1,18 +1,17 @@
 //! `ahead stat`, `ahead evict`, `ahead warm`: the kernel page cache's view
 //! of files (what vmtouch and fincore show), and changing it.
 
-use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags};
 
 use ahead::residency::{self, Residency, Seen};
 use ahead::units::{format_size, parse_size};
+use ahead::walk::Entry;
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -159,7 +158,7 @@ fn opened_kind(fd: &OwnedFd) -> Option<FileType> {
 }
 
 /// Visits the files of the open directory `dir` (sorted by name) and walks
-/// its subdirectories, never through a link.
+/// its subdirectories, never through a link ([`ahead::walk`]).
 fn walk(
     dir: &OwnedFd,
     path: &Path,
@@ -167,55 +166,26 @@ fn walk(
     visit: &mut dyn FnMut(&Path, fs::File),
     fail: &dyn Fn(String),
 ) {
-    let mut names: Vec<OsString> = Vec::new();
-    let entries = match rustix::fs::Dir::read_from(dir) {
-        Ok(d) => d,
-        Err(e) => return fail(format!("{}: {}", path.display(), io::Error::from(e))),
+    let names = match ahead::walk::names(dir) {
+        Ok(n) => n,
+        Err(e) => return fail(format!("{}: {e}", path.display())),
     };
-    for entry in entries {
-        match entry {
-            Ok(e) => {
-                let n = e.file_name().to_bytes();
-                if n != b"." && n != b".." {
-                    names.push(OsStr::from_bytes(n).to_owned());
-                }
-            }
-            Err(e) => return fail(format!("{}: {}", path.display(), io::Error::from(e))),
-        }
-    }
-    names.sort();
+    // Links are not followed; FIFOs, sockets, character devices (and block
+    // devices without --devices) are not opened.
+    let open = |ft| match ft {
+        FileType::Directory => Some(ahead::walk::dir_flags()),
+        FileType::RegularFile => Some(OFlags::RDONLY | OFlags::NONBLOCK),
+        FileType::BlockDevice if devices => Some(OFlags::RDONLY | OFlags::NONBLOCK),
+        _ => None,
+    };
     for name in names {
         let p = path.join(&name);
-        let Ok(st) = rustix::fs::statat(dir, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) else {
-            continue; // gone meanwhile
-        };
-        let want = FileType::from_raw_mode(st.st_mode);
-        let flags = match want {
-            FileType::Directory => OFlags::RDONLY | OFlags::DIRECTORY,
-            FileType::RegularFile => OFlags::RDONLY | OFlags::NONBLOCK,
-            FileType::BlockDevice if devices => OFlags::RDONLY | OFlags::NONBLOCK,
-            // Links are not followed; FIFOs, sockets, character devices
-            // (and block devices without --devices) are not opened.
-            _ => continue,
-        };
-        let flags = flags | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(dir, name.as_os_str(), flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
-                continue; // swapped for something else meanwhile
-            }
-            Err(e) => {
-                fail(format!("{}: {}", p.display(), io::Error::from(e)));
-                continue;
-            }
-        };
-        // What was opened must be what was looked at.
-        if opened_kind(&fd) != Some(want) {
-            continue;
-        }
-        match want {
-            FileType::Directory => walk(&fd, &p, devices, visit, fail),
-            _ => visit(&p, fs::File::from(fd)),
+        match ahead::walk::open_entry(dir, &name, open) {
+            Ok(Entry::Open(fd, FileType::Directory)) => walk(&fd, &p, devices, visit, fail),
+            Ok(Entry::Open(fd, _)) => visit(&p, fs::File::from(fd)),
+            // Links, what is not opened, and what changed or went meanwhile.
+            Ok(Entry::Link | Entry::Skipped(_) | Entry::Gone) => {}
+            Err(e) => fail(format!("{}: {e}", p.display())),
         }
     }
 }

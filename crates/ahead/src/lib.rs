@@ -45,7 +45,9 @@
 //! * [`copy`] — the copy engine behind `ahead copy` (parallel,
 //!   sparse-aware, neutral to the page cache, resumable, verified):
 //!   [`copy::copy`], [`copy::copy_tree`], [`copy::CopyOptions`];
-//! * [`units`] — page/byte conversions and human-readable sizes.
+//! * [`units`] — page/byte conversions and human-readable sizes;
+//! * [`walk`] — directory trees walked through descriptors, never through
+//!   a link (what `copy_tree` and the CLI's `-R` use).
 //!
 //! With the `testing` feature (for the workspace's tests, benchmarks and
 //! examples, not part of the API): `testdata` (generated file contents in
@@ -161,6 +163,7 @@ mod sys;
 #[cfg(any(test, feature = "testing"))]
 pub mod testdata;
 pub mod units;
+pub mod walk;
 
 pub use cache::{EvictionKind, Stats};
 pub use error::{Error, ParseError, Result};

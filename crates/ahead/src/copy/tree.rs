@@ -20,8 +20,7 @@
 //! umask (setgid and sticky dropped, as cp does without -p); directories
 //! that were there keep their mode.
 
-use std::ffi::{OsStr, OsString};
-use std::fs;
+use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -32,6 +31,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::place::{self, Source};
 use super::{check_options, copy_to, refused, CopyOptions, Progress};
+use crate::walk::{self, Entry};
 use crate::{sys, Error, Result};
 
 /// What a recursive copy did: sums over its files.
@@ -67,19 +67,6 @@ pub struct TreeReport {
     pub verified: u64,
     /// Wall time.
     pub elapsed: Duration,
-}
-
-fn walk_size(dir: &Path) -> u64 {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return 0;
-    };
-    rd.filter_map(|e| e.ok())
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => walk_size(&e.path()),
-            Ok(m) if m.is_file() => m.len(),
-            _ => 0,
-        })
-        .sum()
 }
 
 /// Copies the directory `src` to `dst`: into `dst/NAME` when `dst` is an
@@ -139,7 +126,7 @@ pub fn copy_tree(
     }
     let parent_fd = rustix::fs::open(&parent, dir_flags(), Mode::empty())
         .map_err(|e| Error::io("open destination directory", &parent, None, e.into()))?;
-    let total = walk_size(src);
+    let total = walk::regular_bytes(&src_fd);
     let mut walk = Walk {
         opts,
         progress,
@@ -225,46 +212,30 @@ impl Walk<'_> {
         dst_path: &Path,
         made_with: Option<u32>,
     ) -> Result<()> {
-        let read_err = |e: rustix::io::Errno| Error::io("read directory", src_path, None, e.into());
-        let mut names: Vec<OsString> = Vec::new();
-        for entry in rustix::fs::Dir::read_from(src).map_err(read_err)? {
-            let entry = entry.map_err(read_err)?;
-            let n = entry.file_name().to_bytes();
-            if n != b"." && n != b".." {
-                names.push(OsStr::from_bytes(n).to_owned());
-            }
-        }
-        names.sort();
+        let names = walk::names(src).map_err(|e| Error::io("read directory", src_path, None, e))?;
+        let open = |ft| match ft {
+            FileType::Directory => Some(walk::dir_flags()),
+            FileType::RegularFile => Some(place::read_flags()),
+            // FIFOs, sockets and devices are listed, never opened.
+            _ => None,
+        };
         for name in names {
             let from = src_path.join(&name);
             let to = dst_path.join(&name);
-            let st = match rustix::fs::statat(src, name.as_os_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                Err(rustix::io::Errno::NOENT) => continue, // gone meanwhile
-                Err(e) => return Err(Error::io("stat", &from, None, e.into())),
-            };
-            match FileType::from_raw_mode(st.st_mode) {
-                FileType::Symlink => self.link(src, dst, &name, &from, &to)?,
-                FileType::Directory => {
-                    let flags = dir_flags() | OFlags::NOFOLLOW;
-                    let sub = match rustix::fs::openat(src, name.as_os_str(), flags, Mode::empty())
-                    {
-                        Ok(fd) => fd,
-                        // Swapped for a link or something else meanwhile.
-                        Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => {
-                            self.report.skipped.push(from);
-                            continue;
-                        }
-                        Err(e) => return Err(Error::io("open", &from, None, e.into())),
-                    };
+            let entry = walk::open_entry(src, &name, open)
+                .map_err(|e| Error::io("open", &from, None, e))?;
+            match entry {
+                Entry::Link => self.link(src, dst, &name, &from, &to)?,
+                Entry::Open(sub, FileType::Directory) => {
                     let mode = rustix::fs::fstat(&sub)
                         .map_err(|e| Error::io("stat", &from, None, e.into()))?
                         .st_mode;
                     let (sub_dst, created) = self.ensure_dir(dst, &name, &to)?;
                     self.copy_dir(&sub, &from, &sub_dst, &to, created.then_some(mode))?;
                 }
-                FileType::RegularFile => self.file(src, dst, &name, from, to)?,
-                _ => self.report.skipped.push(from),
+                Entry::Open(fd, _) => self.file(fd, dst, &name, from, to)?,
+                Entry::Skipped(_) => self.report.skipped.push(from),
+                Entry::Gone => {}
             }
         }
         if let Some(mode) = made_with {
@@ -286,29 +257,16 @@ impl Walk<'_> {
         rustix::fs::fstat(fd).is_ok_and(|st| st.st_uid == rustix::process::geteuid().as_raw())
     }
 
-    /// Copies the regular file `name`, opened without following a link and
-    /// checked on its descriptor.
+    /// Copies the regular file `name`, opened (by the walk) without
+    /// following a link and checked on its descriptor.
     fn file(
         &mut self,
-        src: &OwnedFd,
+        fd: OwnedFd,
         dst: &OwnedFd,
         name: &OsStr,
         from: PathBuf,
         to: PathBuf,
     ) -> Result<()> {
-        let flags = place::read_flags() | OFlags::NOFOLLOW;
-        let fd = match rustix::fs::openat(src, name, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            // It became a link after it was looked at: copy the link.
-            Err(rustix::io::Errno::LOOP) => return self.link(src, dst, name, &from, &to),
-            Err(rustix::io::Errno::NOENT) => return Ok(()),
-            Err(e) => return Err(Error::io("open", &from, None, e.into())),
-        };
-        let st = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat", &from, None, e.into()))?;
-        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            self.report.skipped.push(from);
-            return Ok(());
-        }
         let source = Source::from_fd(fd, from, self.opts.resume)?;
         let dir = dst
             .try_clone()
