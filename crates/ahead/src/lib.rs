@@ -13,7 +13,8 @@
 //! * the crate root: [`Engine`] and [`EngineConfig`]; [`File`], opened
 //!   with [`OpenOptions`] in one of three [`Mode`]s, read with
 //!   [`File::read_at`], [`File::read_at_async`], [`File::read_owned`]
-//!   ([`ReadAt`], [`ReadOwned`]), [`File::read_many`], [`File::read_pages`]
+//!   ([`ReadAt`], [`ReadOwned`], driven by any executor or by
+//!   [`block_on`]), [`File::read_many`], [`File::read_pages`]
 //!   ([`Pages`]) and [`File::reader`] ([`Reader`]), advised with
 //!   [`Advice`], refreshed with [`File::refresh`] ([`Refreshed`]); its
 //!   counters [`Stats`]; the cache's [`EvictionKind`]; [`Error`],
@@ -87,26 +88,15 @@
 //! # ahead::testdata::write_file(&path, 1 << 20).unwrap();
 //! let engine = Engine::new(EngineConfig::default())?;
 //! let file = engine.open_with(&path, &OpenOptions::new().mode(Mode::Buffered))?;
-//! // Any executor; here the future is simply driven to completion.
+//! // Any executor; here `block_on` drives it on this thread.
 //! let fut = file.read_owned(vec![0u8; 16 << 10], 4096);
-//! let (buf, n) = futures_lite_block_on(fut);
+//! let (buf, n) = ahead::block_on(fut);
 //! assert_eq!(n?, 16 << 10);
 //! assert_eq!(ahead::testdata::first_mismatch(&buf, 4096), None);
 //! // Cached reads are served inline by the probe where the kernel has
 //! // RWF_NOWAIT; the rest by a blocking read.
 //! let s = file.stats();
 //! assert_eq!(s.nowait_hits + s.backend_reads, 1);
-//! # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
-//! #     struct W(std::thread::Thread);
-//! #     impl std::task::Wake for W { fn wake(self: std::sync::Arc<Self>) { self.0.unpark() } }
-//! #     let waker = std::task::Waker::from(std::sync::Arc::new(W(std::thread::current())));
-//! #     let mut cx = std::task::Context::from_waker(&waker);
-//! #     let mut f = std::pin::pin!(f);
-//! #     loop {
-//! #         if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; }
-//! #         std::thread::park();
-//! #     }
-//! # }
 //! # std::fs::remove_file(&path).unwrap();
 //! # Ok::<(), ahead::Error>(())
 //! ```
@@ -168,6 +158,6 @@ pub mod walk;
 pub use cache::{EvictionKind, Stats};
 pub use error::{Error, ParseError, Result};
 pub use file::{
-    Advice, Engine, EngineConfig, File, Mode, OpenOptions, Pages, ReadAt, ReadOwned, Reader,
-    Refreshed,
+    block_on, Advice, Engine, EngineConfig, File, Mode, OpenOptions, Pages, ReadAt, ReadOwned,
+    Reader, Refreshed,
 };

@@ -372,7 +372,7 @@ fn read_many_zero_copy_and_async_agree_with_read_at() {
             let v = pages.to_vec();
             check_read(&name, &v, pages.len(), o, 16384, size);
             let mut buf = vec![0u8; 16384];
-            let n = block_on(f.read_at_async(&mut buf, o)).unwrap();
+            let n = ahead::block_on(f.read_at_async(&mut buf, o)).unwrap();
             check_read(&name, &buf, n, o, 16384, size);
         }
     }
@@ -525,25 +525,6 @@ fn tmpfs_falls_back_to_buffered_or_refuses_when_direct_is_required() {
 
 fn libc_enoent() -> i32 {
     2
-}
-
-/// A minimal executor: polls on this thread, parks until woken.
-fn block_on<F: std::future::Future>(fut: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut fut = std::pin::pin!(fut);
-    loop {
-        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
 }
 
 #[test]

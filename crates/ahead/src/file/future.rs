@@ -106,3 +106,42 @@ impl Future for ReadOwned {
         }
     }
 }
+
+/// Runs a future to completion on the calling thread, parking it until the
+/// future's waker is called: for a caller without an executor, who wants
+/// one of [`File`]'s async reads (or several at once, joined) without
+/// taking on one. Any executor (tokio, smol, async-std) drives these
+/// futures as well.
+///
+/// ```
+/// # let path = ahead::testdata::scratch_root().join(format!("ahead-block-on-{}", std::process::id()));
+/// # ahead::testdata::write_file(&path, 1 << 20).unwrap();
+/// let engine = ahead::Engine::new(ahead::EngineConfig::default())?;
+/// let file = engine.open(&path)?;
+/// let mut buf = vec![0u8; 4096];
+/// let n = ahead::block_on(file.read_at_async(&mut buf, 8192))?;
+/// assert_eq!(n, 4096);
+/// # std::fs::remove_file(&path).unwrap();
+/// # Ok::<(), ahead::Error>(())
+/// ```
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        // A wake before this park makes it return at once.
+        std::thread::park();
+    }
+}

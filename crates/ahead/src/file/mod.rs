@@ -43,7 +43,7 @@ use advice::{advice_at, set_advice};
 use direct::{copy_out, lend};
 pub use engine::{Engine, EngineConfig, OpenOptions};
 use engine::{Shared, FRAME_RETRY};
-pub use future::{ReadAt, ReadOwned};
+pub use future::{block_on, ReadAt, ReadOwned};
 use hits::{hit_queues, Served, HIT_MAX_PAGES};
 pub use kernel::Mode;
 pub use pages::Pages;
@@ -496,34 +496,28 @@ impl File {
     /// `read_many` of a kernel-mode file: every request probed and, for
     /// the rest, handed to the backend before any is waited for.
     fn read_many_kernel(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<usize>> {
-        struct Unpark(std::thread::Thread);
-        impl std::task::Wake for Unpark {
-            fn wake(self: Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = std::task::Context::from_waker(&waker);
         let mut futs: Vec<ReadAt<'_>> = reqs
             .iter_mut()
             .map(|(offset, buf)| self.read_at_async(buf, *offset))
             .collect();
         let mut out: Vec<Option<Result<usize>>> = (0..futs.len()).map(|_| None).collect();
-        loop {
+        // All the reads joined: each poll goes over those still pending.
+        block_on(std::future::poll_fn(|cx| {
             let mut pending = false;
             for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
                 if o.is_none() {
-                    match std::pin::Pin::new(&mut *f).poll(&mut cx) {
+                    match std::pin::Pin::new(&mut *f).poll(cx) {
                         std::task::Poll::Ready(r) => *o = Some(r),
                         std::task::Poll::Pending => pending = true,
                     }
                 }
             }
-            if !pending {
-                break;
+            if pending {
+                std::task::Poll::Pending
+            } else {
+                std::task::Poll::Ready(())
             }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
+        }));
         out.into_iter().map(|o| o.unwrap_or(Ok(0))).collect()
     }
 
