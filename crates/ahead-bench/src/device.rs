@@ -42,7 +42,7 @@ impl Profile {
 
     /// Parses `cloud`, `small-cloud`, `fast`, `BPS,IOPS` (sizes like `200m`)
     /// or `none` (`Ok(None)`).
-    pub fn parse(s: &str) -> Result<Option<Profile>, String> {
+    pub fn parse(s: &str) -> crate::Result<Option<Profile>> {
         match s {
             "none" => Ok(None),
             "cloud" => Ok(Some(Profile::CLOUD)),
@@ -58,7 +58,7 @@ impl Profile {
                 let bps = ahead::units::parse_size(b).map_err(|_| bad())?;
                 let iops = i.trim().parse::<u64>().map_err(|_| bad())?;
                 if bps == 0 || iops == 0 {
-                    return Err(bad());
+                    return Err(bad().into());
                 }
                 Ok(Some(Profile {
                     name: "custom",
@@ -109,9 +109,9 @@ impl Drop for Throttle {
 }
 
 /// The whole disk under `path` as `MAJ:MIN` (a partition's disk).
-fn disk_of(path: &Path) -> Result<String, String> {
+fn disk_of(path: &Path) -> crate::Result<String> {
     let dev = std::fs::metadata(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?
         .dev();
     let (ma, mi) = (rustix::fs::major(dev), rustix::fs::minor(dev));
     let mut dir = std::fs::canonicalize(format!("/sys/dev/block/{ma}:{mi}"))
@@ -121,18 +121,18 @@ fn disk_of(path: &Path) -> Result<String, String> {
     }
     std::fs::read_to_string(dir.join("dev"))
         .map(|s| s.trim().to_owned())
-        .map_err(|e| format!("{}: {e}", dir.display()))
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", dir.display())))
 }
 
 /// Reads `path` once with O_DIRECT (the host then holds it).
-pub fn host_warm(path: &Path) -> Result<(), String> {
-    let fd =
-        ahead::testdata::open_read(path, true).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn host_warm(path: &Path) -> crate::Result<()> {
+    let fd = ahead::testdata::open_read(path, true)
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?;
     let mut buf = ahead::io::AlignedBuf::new(4 << 20, 4096);
     let mut at = 0u64;
     loop {
         let n = rustix::io::pread(&fd, buf.as_mut_slice(), at)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?;
         if n == 0 {
             return Ok(());
         }
@@ -142,7 +142,7 @@ pub fn host_warm(path: &Path) -> Result<(), String> {
 
 /// The process's own cgroup directory for `controller` (v1) or the unified
 /// hierarchy (v2, `controller` empty).
-fn own_cgroup(v1: bool) -> Result<PathBuf, String> {
+fn own_cgroup(v1: bool) -> crate::Result<PathBuf> {
     let s = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
     for line in s.lines() {
         let mut p = line.splitn(3, ':');
@@ -164,7 +164,7 @@ fn own_cgroup(v1: bool) -> Result<PathBuf, String> {
 /// Host-warms `files`, then moves this process into a cgroup that caps its
 /// reads from their disk at `profile`. A clear error where that cannot be
 /// done (not root, no cgroup I/O controller, a file not on a block device).
-pub fn throttle(profile: Profile, files: &[&Path]) -> Result<Throttle, String> {
+pub fn throttle(profile: Profile, files: &[&Path]) -> crate::Result<Throttle> {
     if !rustix::process::geteuid().is_root() {
         return Err("--device needs root (it caps reads with a cgroup); use --device none".into());
     }
@@ -186,14 +186,16 @@ pub fn throttle(profile: Profile, files: &[&Path]) -> Result<Throttle, String> {
         profile.iops,
         std::process::id()
     ));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", dir.display())))?;
     let t = Throttle {
         dir: dir.clone(),
         home,
         profile,
     };
     let write = |file: &str, v: String| {
-        std::fs::write(dir.join(file), &v).map_err(|e| format!("{}: {e}", dir.join(file).display()))
+        std::fs::write(dir.join(file), &v)
+            .map_err(|e| crate::Error::msg(format!("{}: {e}", dir.join(file).display())))
     };
     if v1 {
         write(

@@ -16,8 +16,11 @@
 #![deny(missing_docs)]
 
 pub mod device;
+mod error;
 pub mod mix;
 pub mod report;
 pub mod stress;
 pub mod suite;
 pub mod workload;
+
+pub use error::{Error, Result};

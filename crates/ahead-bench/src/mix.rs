@@ -237,16 +237,17 @@ impl Record {
 
 /// Drops the pages of f2 and f3 and reads f1 whole into the kernel's
 /// cache: the state every engine starts from.
-pub fn prepare(files: &MixFiles) -> Result<(), String> {
+pub fn prepare(files: &MixFiles) -> crate::Result<()> {
     for p in [&files.f2, &files.f3] {
         crate::workload::evict(p)?;
     }
-    let f = std::fs::File::open(&files.f1).map_err(|e| format!("{}: {e}", files.f1.display()))?;
+    let f = std::fs::File::open(&files.f1)
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", files.f1.display())))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
     loop {
         let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, at)
-            .map_err(|e| format!("{}: {e}", files.f1.display()))?;
+            .map_err(|e| crate::Error::msg(format!("{}: {e}", files.f1.display())))?;
         if n == 0 {
             return Ok(());
         }
@@ -254,20 +255,20 @@ pub fn prepare(files: &MixFiles) -> Result<(), String> {
     }
 }
 
-fn size(p: &Path) -> Result<u64, String> {
+fn size(p: &Path) -> crate::Result<u64> {
     std::fs::metadata(p)
         .map(|m| m.len())
-        .map_err(|e| format!("{}: {e}", p.display()))
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", p.display())))
 }
 
-fn open(p: &Path) -> Result<Arc<OwnedFd>, String> {
+fn open(p: &Path) -> crate::Result<Arc<OwnedFd>> {
     ahead::testdata::open_read(p, false)
         .map(Arc::new)
-        .map_err(|e| format!("{}: {e}", p.display()))
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", p.display())))
 }
 
 /// Runs the loop once on `engine` (call [`prepare`] first).
-pub fn run(files: &MixFiles, engine: MixEngine, cfg: &MixConfig) -> Result<MixResult, String> {
+pub fn run(files: &MixFiles, engine: MixEngine, cfg: &MixConfig) -> crate::Result<MixResult> {
     let sizes = [size(&files.f1)?, size(&files.f2)?, size(&files.f3)?];
     let f3_next = Arc::new(AtomicU64::new(0));
     let deadline = Duration::from_secs_f64(cfg.seconds);
@@ -277,7 +278,10 @@ pub fn run(files: &MixFiles, engine: MixEngine, cfg: &MixConfig) -> Result<MixRe
             let backend: Arc<dyn Backend> = if engine == MixEngine::PoolOnly {
                 Arc::new(ahead::io::Pool::new(cfg.inflight))
             } else {
-                Arc::new(ahead::io::Uring::new(cfg.inflight).map_err(|e| format!("io_uring: {e}"))?)
+                Arc::new(
+                    ahead::io::Uring::new(cfg.inflight)
+                        .map_err(|e| crate::Error::msg(format!("io_uring: {e}")))?,
+                )
             };
             run_backend(files, sizes, cfg, f3_next, deadline, backend)
         }
@@ -292,7 +296,7 @@ fn run_backend(
     f3_next: Arc<AtomicU64>,
     deadline: Duration,
     backend: Arc<dyn Backend>,
-) -> Result<MixResult, String> {
+) -> crate::Result<MixResult> {
     let fds = [open(&files.f1)?, open(&files.f2)?, open(&files.f3)?];
     let mut picker = Picker::new(sizes, cfg.seed, cfg.f1_alone, f3_next);
     let (tx, rx) = channel::<(usize, Instant, ReadOp, std::io::Result<usize>)>();
@@ -326,7 +330,7 @@ fn run_backend(
     while inflight > 0 {
         let (class, t, op, r) = rx.recv().map_err(|_| "backend stopped".to_string())?;
         inflight -= 1;
-        let n = r.map_err(|e| format!("read: {e}"))?;
+        let n = r.map_err(|e| crate::Error::msg(format!("read: {e}")))?;
         rec.add(class, t, n);
         if start.elapsed() < deadline {
             submit(&mut picker, op.buf);
@@ -342,7 +346,7 @@ fn run_pread(
     cfg: &MixConfig,
     f3_next: Arc<AtomicU64>,
     deadline: Duration,
-) -> Result<MixResult, String> {
+) -> crate::Result<MixResult> {
     let fds = [open(&files.f1)?, open(&files.f2)?, open(&files.f3)?];
     let total = Mutex::new(Record::new());
     let failed = AtomicBool::new(false);
@@ -400,7 +404,7 @@ fn run_ahead(
     cfg: &MixConfig,
     f3_next: Arc<AtomicU64>,
     deadline: Duration,
-) -> Result<MixResult, String> {
+) -> crate::Result<MixResult> {
     let depth = if cfg.ahead_depth > 0 {
         cfg.ahead_depth
     } else {

@@ -31,17 +31,17 @@ pub enum Faults {
 }
 
 impl std::str::FromStr for Faults {
-    type Err = String;
+    type Err = crate::Error;
     /// `eio:P` or `delay:MS:P`, P a probability in (0, 1].
-    fn from_str(s: &str) -> Result<Faults, String> {
-        let prob = |p: &str| -> Result<f64, String> {
+    fn from_str(s: &str) -> crate::Result<Faults> {
+        let prob = |p: &str| -> crate::Result<f64> {
             let v: f64 = p
                 .parse()
                 .map_err(|_| format!("'{p}' is not a probability"))?;
             if v > 0.0 && v <= 1.0 {
                 Ok(v)
             } else {
-                Err(format!("probability {v} is not in (0, 1]"))
+                Err(format!("probability {v} is not in (0, 1]").into())
             }
         };
         let parts: Vec<&str> = s.split(':').collect();
@@ -53,7 +53,7 @@ impl std::str::FromStr for Faults {
                     .map_err(|_| format!("'{ms}' is not milliseconds"))?;
                 Ok(Faults::Delay(Duration::from_millis(ms), prob(p)?))
             }
-            _ => Err(format!("unknown fault spec '{s}' (eio:P or delay:MS:P)")),
+            _ => Err(format!("unknown fault spec '{s}' (eio:P or delay:MS:P)").into()),
         }
     }
 }
@@ -126,7 +126,7 @@ enum Stream {
 
 /// Runs the stress test. Errors: the files cannot be opened, or the engine
 /// not made.
-pub fn run(cfg: &StressConfig) -> Result<StressReport, String> {
+pub fn run(cfg: &StressConfig) -> crate::Result<StressReport> {
     if cfg.files.is_empty() || cfg.threads == 0 {
         return Err("stress needs at least one file and one thread".into());
     }
@@ -157,9 +157,10 @@ pub fn run(cfg: &StressConfig) -> Result<StressReport, String> {
     let mut files = Vec::new();
     for p in &cfg.files {
         let f = engine.open(p).map_err(|e| e.to_string())?;
-        let reference = File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let reference =
+            File::open(p).map_err(|e| crate::Error::msg(format!("{}: {e}", p.display())))?;
         if f.is_empty() {
-            return Err(format!("{}: empty", p.display()));
+            return Err(format!("{}: empty", p.display()).into());
         }
         files.push((f, reference));
     }

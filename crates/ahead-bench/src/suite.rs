@@ -192,7 +192,7 @@ pub fn run_cases(
     reps: usize,
     profile: Option<Profile>,
     mut progress: impl FnMut(&str),
-) -> Result<Vec<Row>, String> {
+) -> crate::Result<Vec<Row>> {
     let mut rows: Vec<Row> = Vec::new();
     for rep in 0..reps {
         for case in cases {

@@ -41,8 +41,8 @@ pub enum Pattern {
 }
 
 impl std::str::FromStr for Pattern {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
         let bad = || {
             format!("unknown pattern '{s}' (seq, reverse, stride:GAP, random, random-repeat, interleaved:N)")
         };
@@ -54,16 +54,16 @@ impl std::str::FromStr for Pattern {
                 "random-repeat" => Ok(Pattern::RandomRepeat),
                 "stride" => Ok(Pattern::Stride { gap: 12 << 10 }),
                 "interleaved" => Ok(Pattern::Interleaved { n: 8 }),
-                _ => Err(bad()),
+                _ => Err(bad().into()),
             },
             Some(("stride", gap)) => Ok(Pattern::Stride {
                 gap: ahead::units::parse_size(gap).map_err(|e| e.to_string())?,
             }),
             Some(("interleaved", n)) => match n.parse::<usize>() {
                 Ok(n) if n >= 1 => Ok(Pattern::Interleaved { n }),
-                _ => Err(bad()),
+                _ => Err(bad().into()),
             },
-            _ => Err(bad()),
+            _ => Err(bad().into()),
         }
     }
 }
@@ -217,25 +217,24 @@ pub fn offsets(pattern: Pattern, size: u64, bs: u64, seed: u64) -> Vec<u64> {
     }
 }
 
-/// Error of a run: the message says which file and what failed.
-pub type RunError = String;
-
 /// Runs `w` on `path` through `engine`.
-pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, RunError> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn run(path: &Path, engine: &Engine, w: &Workload) -> crate::Result<Measurement> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?;
     let mut size = if meta.is_file() {
         meta.len()
     } else if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
         use std::io::Seek as _;
         std::fs::File::open(path)
             .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)))
-            .map_err(|e| format!("{}: {e}", path.display()))?
+            .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?
     } else {
         return Err(format!(
             "{}: not a regular file or block device (a read needs the file's size; \
              `ahead cat` streams pipes and character devices)",
             path.display()
-        ));
+        )
+        .into());
     };
     if w.span > 0 {
         size = size.min(w.span);
@@ -245,7 +244,8 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
             "{}: file is smaller than one request ({} bytes)",
             path.display(),
             w.bs
-        ));
+        )
+        .into());
     }
     if w.cold {
         evict(path)?;
@@ -281,7 +281,7 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
             let direct = matches!(engine, Engine::KernelDirect);
             let fd = Arc::new(
                 ahead::testdata::open_read(path, direct)
-                    .map_err(|e| format!("open {}: {e}", path.display()))?,
+                    .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?,
             );
             let parts = split_for_depth(parts, w.depth);
             if w.warm {
@@ -336,14 +336,14 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> Result<Measurement, Ru
 /// the bandwidth burst a throttle lets through after an idle spell. (Mixing
 /// in 4 KiB requests to spend an IOPS burst too made the next runs less
 /// steady, not more; runs bound by IOPS are sized to last seconds instead.)
-fn drain(path: &Path, bytes: u64) -> Result<(), RunError> {
+fn drain(path: &Path, bytes: u64) -> crate::Result<()> {
     let fd = ahead::testdata::open_read(path, true)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
+        .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?;
     let mut buf = AlignedBuf::new(1 << 20, 4096);
     let mut at = 0;
     while at < bytes {
         let n = rustix::io::pread(&fd, buf.as_mut_slice(), at)
-            .map_err(|e| format!("read {}: {e}", path.display()))?;
+            .map_err(|e| crate::Error::msg(format!("read {}: {e}", path.display())))?;
         if n == 0 {
             break;
         }
@@ -353,10 +353,11 @@ fn drain(path: &Path, bytes: u64) -> Result<(), RunError> {
 }
 
 /// Drops `path` from the kernel's cache.
-pub fn evict(path: &Path) -> Result<(), RunError> {
+pub fn evict(path: &Path) -> crate::Result<()> {
     let fd = ahead::testdata::open_read(path, false)
-        .map_err(|e| format!("open {}: {e}", path.display()))?;
-    ahead::residency::evict(&fd, 0, 0).map_err(|e| format!("evict {}: {e}", path.display()))
+        .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?;
+    ahead::residency::evict(&fd, 0, 0)
+        .map_err(|e| crate::Error::msg(format!("evict {}: {e}", path.display())))
 }
 
 /// Spreads one stream over `depth` threads (round-robin), so that the
@@ -374,12 +375,12 @@ fn split_for_depth(parts: Vec<Vec<u64>>, depth: usize) -> Vec<Vec<u64>> {
 }
 
 /// Runs `body` on one thread per part and measures the whole.
-fn timed_threads<F>(parts: Vec<Vec<u64>>, latency: bool, body: F) -> Result<Measurement, RunError>
+fn timed_threads<F>(parts: Vec<Vec<u64>>, latency: bool, body: F) -> crate::Result<Measurement>
 where
-    F: Fn(&[u64], Option<&mut Vec<f64>>) -> Result<u64, RunError> + Sync,
+    F: Fn(&[u64], Option<&mut Vec<f64>>) -> crate::Result<u64> + Sync,
 {
     let start = Clock::start();
-    let results: Vec<Result<(u64, Vec<f64>), RunError>> = if parts.len() == 1 {
+    let results: Vec<crate::Result<(u64, Vec<f64>)>> = if parts.len() == 1 {
         let mut lat = Vec::new();
         vec![body(&parts[0], latency.then_some(&mut lat)).map(|b| (b, lat))]
     } else {
@@ -476,8 +477,8 @@ fn percentiles(lat: &mut [f64]) -> (Option<f64>, Option<f64>) {
 fn timed_reads(
     offs: &[u64],
     mut lat: Option<&mut Vec<f64>>,
-    mut read: impl FnMut(u64) -> Result<usize, RunError>,
-) -> Result<u64, RunError> {
+    mut read: impl FnMut(u64) -> crate::Result<usize>,
+) -> crate::Result<u64> {
     let mut bytes = 0;
     for &o in offs {
         let t = Instant::now();
@@ -496,7 +497,7 @@ fn kernel_reads(
     bs: u64,
     offs: &[u64],
     lat: Option<&mut Vec<f64>>,
-) -> Result<u64, RunError> {
+) -> crate::Result<u64> {
     let file = std::fs::File::from(fd.try_clone().map_err(|e| e.to_string())?);
     let mut aligned = AlignedBuf::new(bs as usize, 4096);
     let mut plain = vec![0u8; bs as usize];
@@ -508,7 +509,7 @@ fn kernel_reads(
         };
         let n = file
             .read_at(buf, o)
-            .map_err(|e| format!("pread at {o}: {e}"))?;
+            .map_err(|e| crate::Error::msg(format!("pread at {o}: {e}")))?;
         std::hint::black_box(touch(&buf[..n]));
         Ok(n)
     })
@@ -535,7 +536,7 @@ fn ahead_reads(
     bs: u64,
     offs: &[u64],
     lat: Option<&mut Vec<f64>>,
-) -> Result<u64, RunError> {
+) -> crate::Result<u64> {
     let mut buf = vec![0u8; bs as usize];
     timed_reads(offs, lat, |o| {
         if zero_copy {
@@ -560,7 +561,7 @@ fn ahead_at_depth(
     offs: &mut [u64],
     depth: usize,
     latency: bool,
-) -> Result<Measurement, RunError> {
+) -> crate::Result<Measurement> {
     let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs as usize]).collect();
     let start = Clock::start();
     let mut bytes = 0;
@@ -585,12 +586,13 @@ fn ahead_at_depth(
 
 /// Reads `offs` (each `bs` bytes) with O_DIRECT through io_uring, `depth`
 /// in flight.
-fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Measurement, RunError> {
+fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> crate::Result<Measurement> {
     let fd = Arc::new(
         ahead::testdata::open_read(path, true)
-            .map_err(|e| format!("open {}: {e}", path.display()))?,
+            .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?,
     );
-    let ring = ahead::io::Uring::new(depth).map_err(|e| format!("io_uring: {e}"))?;
+    let ring =
+        ahead::io::Uring::new(depth).map_err(|e| crate::Error::msg(format!("io_uring: {e}")))?;
     type Done = (ReadOp, std::io::Result<usize>);
     let (tx, rx) = std::sync::mpsc::channel::<Done>();
     // Buffers are recycled: allocating a zeroed buffer per read would cost
@@ -640,7 +642,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> Result<Meas
     }
     let (seconds, cpu_s) = start.finish();
     if let Some(e) = error {
-        return Err(format!("read {}: {e}", path.display()));
+        return Err(format!("read {}: {e}", path.display()).into());
     }
     Ok(Measurement {
         bytes,
