@@ -51,5 +51,23 @@ impl From<ahead::Error> for Error {
     }
 }
 
+impl From<rustix::io::Errno> for Error {
+    fn from(e: rustix::io::Errno) -> Error {
+        Error(std::io::Error::from(e).to_string())
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(e: serde_json::Error) -> Error {
+        Error(format!("JSON: {e}"))
+    }
+}
+
+impl From<ahead::ParseError> for Error {
+    fn from(e: ahead::ParseError) -> Error {
+        Error(e.to_string())
+    }
+}
+
 /// A benchmark's result.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -1,9 +1,13 @@
 //! # ahead-bench — reports for benchmarks and simulations
 //!
 //! Read workloads on real files through the kernel's paths and ahead's
-//! ([`workload`]), the stress test that checks every byte under load
-//! ([`stress`]), and plain-text tables and SVG plots ([`report`]), shared
-//! by `ahead read`, `ahead bench`, `ahead stress` and `ahead sim`.
+//! ([`workload`], [`suite`]), the mixed cached/uncached workload
+//! ([`mix`], [`mix_suite`]), copies against cp and nbdcopy
+//! ([`copy_suite`]), the steady device of `--device` ([`device`]), the
+//! stress test that checks every byte under load ([`stress`]), and
+//! plain-text tables and SVG plots ([`report`]), shared by `ahead read`,
+//! `ahead bench`, `ahead stress` and `ahead sim`. Every harness lives
+//! here; the CLI only parses and prints.
 //! No plotting dependency: the plots are a few dozen SVG elements, written
 //! directly.
 //!
@@ -15,12 +19,15 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod copy_suite;
 pub mod device;
 mod error;
 pub mod mix;
+pub mod mix_suite;
 pub mod report;
 pub mod stress;
 pub mod suite;
+pub mod workdir;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -59,17 +59,17 @@ pub struct BenchArgs {
 #[derive(clap::Subcommand, Debug)]
 enum BenchWhat {
     /// `ahead copy` vs `cp && sync` and nbdcopy: half-cached, sparse, kill -9 + resume.
-    Copy(crate::bench_copy::CopyBenchArgs),
+    Copy(ahead_bench::copy_suite::CopyBenchArgs),
     /// Seed 004's mixed-latency loop: cached, uncached and sequential 16 KiB
     /// reads kept in flight by ahead's Buffered mode, a thread pool,
     /// io_uring and blocking preads.
-    Mix(crate::bench_mix::MixArgs),
+    Mix(ahead_bench::mix_suite::MixArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
-        Some(BenchWhat::Copy(c)) => return crate::bench_copy::run(c),
-        Some(BenchWhat::Mix(m)) => return crate::bench_mix::run(m),
+        Some(BenchWhat::Copy(c)) => return Ok(ahead_bench::copy_suite::run(c)?),
+        Some(BenchWhat::Mix(m)) => return Ok(ahead_bench::mix_suite::run(m)?),
         None => {}
     }
     let config = args.engine.config()?;
@@ -84,11 +84,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
             let dir = match &args.dir {
                 Some(d) => d.clone(),
-                None => default_dir()?,
+                None => ahead_bench::workdir::default_dir()?,
             };
             // In a new private directory (see `private_dir`), removed with
             // everything in it when the bench ends, however it ends.
-            let work = crate::private_dir(&dir, "ahead-bench-")?;
+            let work = ahead_bench::workdir::private_dir(&dir, "ahead-bench-")?;
             let path = work.path().join("data");
             eprintln!(
                 "generating {} test file {} ...",
@@ -185,15 +185,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     // The mixed-latency loop, short, in the quick run.
     let mix_rows = if args.quick {
         println!();
-        let mut m = crate::bench_mix::MixArgs::quick();
+        let mut m = ahead_bench::mix_suite::MixArgs::quick();
         m.dir = args.dir.clone();
-        crate::bench_mix::measure(&m)?
+        ahead_bench::mix_suite::measure(&m)?
     } else {
         Vec::new()
     };
     if let Some(j) = &args.json {
         let mut v: Vec<serde_json::Value> = rows.iter().map(suite::row_json).collect();
-        v.extend(mix_rows.iter().map(crate::bench_mix::MixRow::json));
+        v.extend(mix_rows.iter().map(ahead_bench::mix_suite::MixRow::json));
         v.push(serde_json::json!({
             "pattern": "peak-rss",
             "engine": "ahead",
@@ -211,23 +211,4 @@ pub fn run(args: BenchArgs) -> Result<()> {
         std::fs::write(p, suite::plot(&rows)).with_context(|| format!("write {}", p.display()))?;
     }
     Ok(())
-}
-
-pub(crate) fn default_dir() -> Result<PathBuf> {
-    let tmp = std::env::temp_dir();
-    if ahead::testdata::supports_direct(&tmp) {
-        return Ok(tmp);
-    }
-    let cwd = std::env::current_dir()?;
-    if ahead::testdata::supports_direct(&cwd) {
-        eprintln!(
-            "{} does not support O_DIRECT; using the current directory",
-            tmp.display()
-        );
-        return Ok(cwd);
-    }
-    bail!(
-        "neither {} nor the current directory supports O_DIRECT; pass --dir or --file",
-        tmp.display()
-    )
 }

@@ -2,8 +2,6 @@
 //! the libraries.
 
 mod bench;
-mod bench_copy;
-mod bench_mix;
 mod cat;
 mod copy;
 mod doctor;
@@ -99,16 +97,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// A new directory for a benchmark's files in `parent`: mode 0700, an
-/// unpredictable name, made with mkdir's O_EXCL semantics by `tempfile`,
-/// and removed with its contents when dropped. Files made inside it cannot
-/// be planted or swapped by another user, whatever `parent` is (`/tmp`).
-pub fn private_dir(parent: &std::path::Path, prefix: &str) -> anyhow::Result<tempfile::TempDir> {
-    use anyhow::Context as _;
-    tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir_in(parent)
-        .with_context(|| format!("make a private directory in {}", parent.display()))
 }

@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::report::Table;
+use crate::{Error, Result};
 use ahead::residency;
 use ahead::units::{format_size, parse_size};
-use ahead_bench::report::Table;
-use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 
@@ -65,13 +65,13 @@ fn sh(cmd: &mut Command) -> Result<Duration> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
-        .with_context(|| format!("run {cmd:?}"))?;
+        .map_err(|e| Error::from(e).context(format!("run {cmd:?}")))?;
     let took = started.elapsed();
     if !out.status.success() {
-        bail!(
+        return Err(Error::msg(format!(
             "{cmd:?} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        );
+        )));
     }
     Ok(took)
 }
@@ -86,7 +86,7 @@ fn have(program: &str) -> bool {
 }
 
 fn median(v: Vec<f64>) -> f64 {
-    ahead_bench::report::median(v).unwrap_or(f64::NAN)
+    crate::report::median(v).unwrap_or(f64::NAN)
 }
 
 fn blake3(path: &Path) -> Result<String> {
@@ -120,7 +120,8 @@ fn engine_cmd(engine: &str, exe: &Path, src: &Path, dst: &Path) -> Command {
 
 /// Runs `ahead bench copy`.
 pub fn run(args: CopyBenchArgs) -> Result<()> {
-    let exe = std::env::current_exe().context("find the ahead binary")?;
+    let exe =
+        std::env::current_exe().map_err(|e| Error::from(e).context("find the ahead binary"))?;
     let dir = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir(),
@@ -136,12 +137,15 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
         (args.size, args.sparse_size, 64 << 20, args.reps.max(1))
     };
     if sparse_size < 3 * extent {
-        bail!("--sparse-size: at least {}", format_size(3 * extent));
+        return Err(Error::msg(format!(
+            "--sparse-size: at least {}",
+            format_size(3 * extent)
+        )));
     }
     // A new private directory (0700, unpredictable name, made with
     // O_EXCL by tempfile): nothing another user planted in `dir` is used,
     // and everything in it goes when the bench ends.
-    let work = crate::private_dir(&dir, "ahead-bench-copy-")?;
+    let work = crate::workdir::private_dir(&dir, "ahead-bench-copy-")?;
     let src = work.path().join("src");
     let dst = work.path().join("dst");
     let sparse = work.path().join("sparse");
@@ -154,7 +158,8 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
         format_size(size),
         dir.display()
     );
-    ahead::testdata::write_file(&src, size).with_context(|| format!("write {}", src.display()))?;
+    ahead::testdata::write_file(&src, size)
+        .map_err(|e| Error::from(e).context(format!("write {}", src.display())))?;
     let src_sum = blake3(&src)?;
     let started = Instant::now();
     let mut rows: Vec<Value> = Vec::new();
@@ -167,12 +172,12 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
         eprintln!("nbdcopy not found (Debian: libnbd-bin): its row is skipped");
     }
     let pages = size.div_ceil(residency::page_size());
-    let profile = ahead_bench::device::Profile::parse(&args.device).map_err(anyhow::Error::msg)?;
+    let profile = crate::device::Profile::parse(&args.device)?;
     // Every copy below is a child of this process, in its cgroup.
     let throttle = match profile {
         Some(p) => Some(
-            ahead_bench::device::throttle(p, &[src.as_path()])
-                .map_err(|e| anyhow::anyhow!("--device {}: {e}", p.name))?,
+            crate::device::throttle(p, &[src.as_path()])
+                .map_err(|e| Error::msg(format!("--device {}: {e}", p.name)))?,
         ),
         None => None,
     };
@@ -286,7 +291,7 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
     );
     if let Some(j) = &args.json {
         fs::write(j, serde_json::to_string_pretty(&rows)? + "\n")
-            .with_context(|| format!("write {}", j.display()))?;
+            .map_err(|e| Error::from(e).context(format!("write {}", j.display())))?;
     }
     Ok(())
 }
@@ -354,7 +359,9 @@ fn kill_and_resume(
     let status = child.wait()?;
     let killed = !status.success();
     if !killed {
-        bail!("the copy finished before it could be killed; use a larger --size");
+        return Err(Error::msg(
+            "the copy finished before it could be killed; use a larger --size",
+        ));
     }
     let dst_after_kill = dst.exists();
     let tmp_after_kill = tmp_exists();
@@ -394,10 +401,10 @@ fn kill_and_resume(
     let out = child.wait_with_output()?;
     let took = started.elapsed();
     if !out.status.success() {
-        bail!(
+        return Err(Error::msg(format!(
             "resume failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
-        );
+        )));
     }
     let report: Value = serde_json::from_slice(&out.stdout)?;
     let same = blake3(dst)? == sum;

@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 
+use crate::mix::{self, ClassResult, MixConfig, MixEngine, MixFiles};
+use crate::report::{bar_chart, Table};
+use crate::{Error, Result};
 use ahead::units::{format_size, parse_size};
-use ahead_bench::mix::{self, ClassResult, MixConfig, MixEngine, MixFiles};
-use ahead_bench::report::{bar_chart, Table};
-use anyhow::{bail, Context, Result};
 use clap::Args;
 
 /// Arguments of `ahead bench mix`.
@@ -89,7 +89,7 @@ pub struct MixRow {
 
 impl MixRow {
     fn median(&self, f: impl Fn(&ClassResult) -> f64) -> f64 {
-        ahead_bench::report::median(self.runs.iter().map(f).collect()).unwrap_or(0.0)
+        crate::report::median(self.runs.iter().map(f).collect()).unwrap_or(0.0)
     }
     /// The row as JSON.
     pub fn json(&self) -> serde_json::Value {
@@ -122,17 +122,19 @@ pub fn measure(args: &MixArgs) -> Result<Vec<MixRow>> {
         (args.seconds, args.reps.max(1), args.f1_size, args.big_size)
     };
     if seconds <= 0.0 || args.inflight == 0 || args.inflight > 1024 {
-        bail!("--seconds must be positive and --inflight from 1 to 1024");
+        return Err(Error::msg(
+            "--seconds must be positive and --inflight from 1 to 1024",
+        ));
     }
     if f1_size < mix::BS || big < mix::BS {
-        bail!("files must hold at least one 16 KiB request");
+        return Err(Error::msg("files must hold at least one 16 KiB request"));
     }
-    let backend: ahead::io::BackendKind = args.ahead_backend.parse().map_err(anyhow::Error::msg)?;
+    let backend: ahead::io::BackendKind = args.ahead_backend.parse()?;
     let dir = match &args.dir {
         Some(d) => d.clone(),
-        None => crate::bench::default_dir()?,
+        None => crate::workdir::default_dir()?,
     };
-    let work = crate::private_dir(&dir, "ahead-mix-")?;
+    let work = crate::workdir::private_dir(&dir, "ahead-mix-")?;
     let files = MixFiles {
         f1: work.path().join("f1"),
         f2: work.path().join("f2"),
@@ -145,7 +147,8 @@ pub fn measure(args: &MixArgs) -> Result<Vec<MixRow>> {
         work.path().display()
     );
     for (p, s) in [(&files.f1, f1_size), (&files.f2, big), (&files.f3, big)] {
-        ahead::testdata::write_file(p, s).with_context(|| format!("write {}", p.display()))?;
+        ahead::testdata::write_file(p, s)
+            .map_err(|e| Error::from(e).context(format!("write {}", p.display())))?;
     }
     let mut rows: Vec<MixRow> = Vec::new();
     let mut push = |engine: &'static str, pattern: &'static str, r: ClassResult| match rows
@@ -165,13 +168,15 @@ pub fn measure(args: &MixArgs) -> Result<Vec<MixRow>> {
             .filter(|e| args.engines.is_empty() || args.engines.iter().any(|n| n == e.name()))
             .collect();
         if order.is_empty() {
-            bail!("--engines: none of ahead-buffered, pool-only, io_uring, pread");
+            return Err(Error::msg(
+                "--engines: none of ahead-buffered, pool-only, io_uring, pread",
+            ));
         }
         let n = order.len();
         order.rotate_left(rep % n);
         for engine in order {
             for alone in [false, true] {
-                mix::prepare(&files).map_err(anyhow::Error::msg)?;
+                mix::prepare(&files)?;
                 let cfg = MixConfig {
                     seconds,
                     inflight: args.inflight,
@@ -182,7 +187,7 @@ pub fn measure(args: &MixArgs) -> Result<Vec<MixRow>> {
                     ahead_depth: args.ahead_depth,
                 };
                 let r = mix::run(&files, engine, &cfg)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", engine.name()))?;
+                    .map_err(|e| Error::msg(format!("{}: {e}", engine.name())))?;
                 for (c, res) in r.into_iter().enumerate() {
                     let Some(res) = res else { continue };
                     let pattern = if alone { "mix-f1-alone" } else { PATTERNS[c] };
@@ -283,10 +288,11 @@ pub fn run(args: MixArgs) -> Result<()> {
     if let Some(j) = &args.json {
         let v: Vec<serde_json::Value> = rows.iter().map(MixRow::json).collect();
         std::fs::write(j, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("write {}", j.display()))?;
+            .map_err(|e| Error::from(e).context(format!("write {}", j.display())))?;
     }
     if let Some(p) = &args.plot {
-        std::fs::write(p, plot(&rows)).with_context(|| format!("write {}", p.display()))?;
+        std::fs::write(p, plot(&rows))
+            .map_err(|e| Error::from(e).context(format!("write {}", p.display())))?;
     }
     Ok(())
 }
