@@ -33,6 +33,7 @@
 //!   never waits for one; a demand read that finds no frame leaves its pages
 //!   absent and tries again once a read completes or a pin drops.
 
+mod complete;
 pub mod eviction;
 mod hits;
 #[cfg(test)]
@@ -350,138 +351,6 @@ impl PageCache {
     pub(crate) unsafe fn frame_bytes(&self, frame: u32, len: usize) -> &[u8] {
         // SAFETY: the caller's pin, as this function's contract says.
         unsafe { self.arena.frame(frame, len) }
-    }
-
-    /// Completes a planned read: `result` is the byte count read from the
-    /// plan's first page on, or the error.
-    pub(crate) fn complete(&self, plan: &Plan, result: std::io::Result<usize>) {
-        // Nothing here may panic: it runs on the backend's thread with the
-        // lock held, and a panic would poison the lock for every reader of
-        // the engine. Counts saturate and a missing file frees the frames.
-        let mut g = self.lock();
-        let inner = &mut *g;
-        inner.reading = inner.reading.saturating_sub(plan.frames.len());
-        let page = self.page as u64;
-        let Some(fp) = inner.files.get_mut(&plan.file) else {
-            // Not reachable while files outlive their reads (`close_file`
-            // keeps a file until its last read completes); if it ever
-            // happens, the frames go back rather than leak.
-            for &f in &plan.frames {
-                if let Some(o) = inner.owner.get_mut(f as usize) {
-                    *o = None;
-                    inner.free.push(f);
-                }
-            }
-            drop(g);
-            self.changed.notify_all();
-            return;
-        };
-        fp.reading = fp.reading.saturating_sub(plan.frames.len());
-        let mut release = Vec::new();
-        // Planned before the file was found changed: what it read may be the
-        // old file; its pages are absent again, and the size stays as the
-        // refresh found it.
-        let result = if plan.generation == fp.generation {
-            Some(result)
-        } else {
-            for (k, &frame) in plan.frames.iter().enumerate() {
-                let index = plan.first + k as u64;
-                if matches!(fp.pages.get(&index), Some(Slot::Reading { .. })) {
-                    fp.pages.remove(&index);
-                }
-                release.push(frame);
-            }
-            None
-        };
-        match result {
-            None => {}
-            Some(result) => match result {
-                Ok(n) => {
-                    let n = n as u64;
-                    if n < plan.frames.len() as u64 * page {
-                        // The end of the file came early: it shrank (or the read
-                        // ran into the known end). Nothing past it is valid.
-                        let end = plan.first * page + n;
-                        if end < fp.size {
-                            fp.size = end;
-                            // Pages that now reach past the end are read
-                            // under the lock only (it clips them).
-                            for (&index, slot) in &fp.pages {
-                                if let Slot::Ready { frame, .. } = slot {
-                                    if (index + 1).saturating_mul(page) > end {
-                                        self.hits.retract(*frame);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    for (k, &frame) in plan.frames.iter().enumerate() {
-                        let index = plan.first + k as u64;
-                        let valid = n.saturating_sub(k as u64 * page).min(page);
-                        match fp.pages.get(&index).copied() {
-                            Some(Slot::Reading {
-                                speculative,
-                                marker,
-                                ..
-                            }) if !fp.closed && valid > 0 => {
-                                fp.pages.insert(
-                                    index,
-                                    Slot::Ready {
-                                        frame,
-                                        len: valid as u32,
-                                        marker,
-                                        unused_ra: speculative,
-                                    },
-                                );
-                                inner.eviction.insert(frame);
-                            }
-                            _ => {
-                                if !fp.closed {
-                                    fp.pages.remove(&index);
-                                }
-                                release.push(frame);
-                            }
-                        }
-                    }
-                }
-                Err(e) => {
-                    // A failed readahead leaves its pages absent: a reader that
-                    // needs one reads it itself and sees its own result (the
-                    // kernel's behaviour); no reader gets the error of a read it
-                    // did not ask for. A failed demand read is reported to its
-                    // readers (each retries its page alone once, see
-                    // `File::walk`).
-                    let errno = e.raw_os_error().unwrap_or(libc::EIO);
-                    for (k, &frame) in plan.frames.iter().enumerate() {
-                        if !fp.closed {
-                            let index = plan.first + k as u64;
-                            if plan.speculative {
-                                fp.pages.remove(&index);
-                            } else {
-                                fp.pages.insert(index, Slot::Failed { errno });
-                            }
-                        }
-                        release.push(frame);
-                    }
-                }
-            },
-        }
-        let remove_file = fp.closed && fp.reading == 0;
-        for f in release {
-            if let Some(o) = inner.owner.get_mut(f as usize) {
-                *o = None;
-                inner.free.push(f);
-            }
-        }
-        if remove_file {
-            inner.files.remove(&plan.file);
-        }
-        let wakers = std::mem::take(&mut inner.wakers);
-        drop(g);
-        self.changed.notify_all();
-        for w in wakers {
-            w.wake();
-        }
     }
 }
 

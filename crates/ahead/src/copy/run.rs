@@ -137,93 +137,32 @@ pub(super) fn open_in_dir<'a>(
     let mut done_chunks = HashMap::new();
     let dir_st = rustix::fs::fstat(dir).map_err(|e| Error::io("stat", path, None, e.into()))?;
     let dir_id = (dir_st.st_dev, dir_st.st_ino);
-    let journal = match state {
-        Some(Ok(st)) => match Journal::lock(st, dir_id, place::bytes(name)) {
-            Ok(Some(j)) => Some(j),
-            Ok(None) => {
-                return Err(refused(
-                    path,
-                    "another ahead copy to this destination is under way",
-                ))
-            }
-            Err(e) => return Err(Error::io("open journal", st.path(), None, e)),
-        },
-        Some(Err(why)) if opts.resume => {
-            return Err(refused(
-                path,
-                format!("cannot resume: no private journal directory ({why})"),
-            ))
-        }
-        _ => None,
-    };
+    let journal = lock_journal(state, dir_id, name, path, opts)?;
     let src_id = source_id(src_meta, source.kind, chunk);
-    let loaded = match &journal {
-        Some(j) => j.load().map_err(io_err("read", j.path(), None))?,
-        None => None,
-    };
-    let mut resumed = None;
-    if let Some(l) = loaded {
-        let ours = l.header.dir == dir_id && l.header.name == place::bytes(name);
-        let old_tmp = place::open_tmp(dir, place::os(&l.header.tmp_name))
-            .ok()
-            .filter(|f| {
-                f.metadata()
-                    .is_ok_and(|m| (m.dev(), m.ino()) == l.header.tmp)
-            });
-        if opts.resume && ours && src_id.is_some() {
-            if Some(&l.header.src) != src_id.as_ref() {
-                return Err(refused(
-                    path,
-                    "the interrupted copy was of another source, or the source changed \
-                     since (or another --chunk was used); run without --resume to start \
-                     over",
-                ));
-            }
-            if let Some(f) = old_tmp {
-                resumed = Some((f, l.header.tmp_name, l.done));
-            }
-        } else if ours && old_tmp.is_some() {
-            // A fresh copy clears away what an earlier one left.
-            let _ = rustix::fs::unlinkat(dir, place::os(&l.header.tmp_name), AtFlags::empty());
-        }
-    }
+    let resumed = resumable_tmp(
+        journal.as_ref(),
+        dir,
+        dir_id,
+        name,
+        path,
+        src_id.as_ref(),
+        opts,
+    )?;
     let (f, tmp_name) = match resumed {
         Some((f, tmp_name, done)) => {
             done_chunks = done;
             (f, tmp_name)
         }
-        None => {
-            let token = sys::random_token().map_err(io_err("getrandom", path, None))?;
-            let tmp_name = journal::tmp_name(place::bytes(name), &token);
-            let tmp_path = path.with_file_name(place::os(&tmp_name));
-            let f = place::create_tmp(
-                dir,
-                place::os(&tmp_name),
-                place::copy_mode(src_meta, false) & 0o777,
-            )
-            .map_err(io_err("create", &tmp_path, None))?;
-            if let Some(j) = &journal {
-                let m = f.metadata().map_err(io_err("stat", &tmp_path, None))?;
-                let header = Header {
-                    token,
-                    dir: dir_id,
-                    name: place::bytes(name).to_vec(),
-                    tmp_name: tmp_name.clone(),
-                    tmp: (m.dev(), m.ino()),
-                    src: src_id.clone().unwrap_or(SourceId {
-                        size: 0,
-                        mtime_ns: 0,
-                        ctime_ns: 0,
-                        ino: 0,
-                        dev: 0,
-                        block: false,
-                        chunk,
-                    }),
-                };
-                j.start(&header).map_err(io_err("write", j.path(), None))?;
-            }
-            (f, tmp_name)
-        }
+        None => new_tmp(
+            source,
+            dir,
+            dir_id,
+            name,
+            path,
+            journal.as_ref(),
+            src_id.clone(),
+            chunk,
+        )?,
     };
     let tmp_path = path.with_file_name(place::os(&tmp_name));
     let resumable = journal.is_some() && src_id.is_some();
@@ -248,6 +187,126 @@ pub(super) fn open_in_dir<'a>(
     })
 }
 
+/// Takes the journal's lock for the destination `name` in the directory
+/// `dir_id`: `None` without a private state directory (then no resume).
+fn lock_journal(
+    state: Option<&std::result::Result<StateDir, String>>,
+    dir_id: (u64, u64),
+    name: &std::ffi::OsStr,
+    path: &Path,
+    opts: &CopyOptions,
+) -> Result<Option<Journal>> {
+    Ok(match state {
+        Some(Ok(st)) => match Journal::lock(st, dir_id, place::bytes(name)) {
+            Ok(Some(j)) => Some(j),
+            Ok(None) => {
+                return Err(refused(
+                    path,
+                    "another ahead copy to this destination is under way",
+                ))
+            }
+            Err(e) => return Err(Error::io("open journal", st.path(), None, e)),
+        },
+        Some(Err(why)) if opts.resume => {
+            return Err(refused(
+                path,
+                format!("cannot resume: no private journal directory ({why})"),
+            ))
+        }
+        _ => None,
+    })
+}
+
+/// An interrupted copy's temporary file, its name, and its finished chunks.
+type Resumed = (File, Vec<u8>, HashMap<u64, ChunkSum>);
+
+/// What an interrupted copy to the same name left, per its journal: with
+/// `--resume` and the same source, its temporary file, name and finished
+/// chunks; without, the file is removed (a fresh copy clears away what an
+/// earlier one left).
+fn resumable_tmp(
+    journal: Option<&Journal>,
+    dir: &OwnedFd,
+    dir_id: (u64, u64),
+    name: &std::ffi::OsStr,
+    path: &Path,
+    src_id: Option<&SourceId>,
+    opts: &CopyOptions,
+) -> Result<Option<Resumed>> {
+    let Some(j) = journal else { return Ok(None) };
+    let Some(l) = j.load().map_err(io_err("read", j.path(), None))? else {
+        return Ok(None);
+    };
+    let ours = l.header.dir == dir_id && l.header.name == place::bytes(name);
+    let old_tmp = place::open_tmp(dir, place::os(&l.header.tmp_name))
+        .ok()
+        .filter(|f| {
+            f.metadata()
+                .is_ok_and(|m| (m.dev(), m.ino()) == l.header.tmp)
+        });
+    if opts.resume && ours && src_id.is_some() {
+        if Some(&l.header.src) != src_id {
+            return Err(refused(
+                path,
+                "the interrupted copy was of another source, or the source changed \
+                 since (or another --chunk was used); run without --resume to start \
+                 over",
+            ));
+        }
+        return Ok(old_tmp.map(|f| (f, l.header.tmp_name, l.done)));
+    }
+    if ours && old_tmp.is_some() {
+        let _ = rustix::fs::unlinkat(dir, place::os(&l.header.tmp_name), AtFlags::empty());
+    }
+    Ok(None)
+}
+
+/// A new temporary file beside the destination (O_EXCL under a random
+/// name, the source's permission bits), recorded in the journal.
+#[allow(clippy::too_many_arguments)]
+fn new_tmp(
+    source: &Source,
+    dir: &OwnedFd,
+    dir_id: (u64, u64),
+    name: &std::ffi::OsStr,
+    path: &Path,
+    journal: Option<&Journal>,
+    src_id: Option<SourceId>,
+    chunk: u64,
+) -> Result<(File, Vec<u8>)> {
+    let src_meta = &source.meta;
+    let token = sys::random_token().map_err(io_err("getrandom", path, None))?;
+    let tmp_name = journal::tmp_name(place::bytes(name), &token);
+    let tmp_path = path.with_file_name(place::os(&tmp_name));
+    let f = place::create_tmp(
+        dir,
+        place::os(&tmp_name),
+        place::copy_mode(src_meta, false) & 0o777,
+    )
+    .map_err(io_err("create", &tmp_path, None))?;
+    if let Some(j) = &journal {
+        let m = f.metadata().map_err(io_err("stat", &tmp_path, None))?;
+        let header = Header {
+            token,
+            dir: dir_id,
+            name: place::bytes(name).to_vec(),
+            tmp_name: tmp_name.clone(),
+            tmp: (m.dev(), m.ino()),
+            src: src_id.unwrap_or(SourceId {
+                size: 0,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: 0,
+                dev: 0,
+                block: false,
+                chunk,
+            }),
+        };
+        j.start(&header).map_err(io_err("write", j.path(), None))?;
+    }
+    Ok((f, tmp_name))
+}
+
 /// Writes the destination: a reflink where it can, else the chunks of a
 /// sized source by `opts.depth` workers, else a stream. Returns the
 /// source's checksum where the writing computed one.
@@ -269,7 +328,6 @@ pub(super) fn write(
     let dst_write_path: &Path = &opened.path;
     let done_chunks = &opened.done_chunks;
     let block_dst = matches!(target, Target::Block { .. });
-    let journal = opened.guard.as_ref().and_then(|g| g.journal.as_ref());
 
     let reader = SrcReader::new(src_file, src, opts);
     let writer = DstWriter::new(dst_file, dst_write_path, opts);
@@ -292,80 +350,10 @@ pub(super) fn write(
             total: size,
         });
     } else if let Some(size) = size {
-        let extents = if src_meta.is_file() {
-            data_extents(src_file, size)
-        } else {
-            vec![(0, size)]
-        };
-        let mut tasks = plan(size, chunk, &extents);
-        let cfr = opts.cache == CacheMode::Keep && !block_dst && src_meta.is_file();
-        if !cfr && src_meta.is_file() {
-            // A chunk needs the device unless all its data is cached
-            // (residency unseen: assume it does, and the order stays); a
-            // resumed chunk is read back from the destination.
-            tasks = interleave(tasks, |t| {
-                done_chunks.contains_key(&t.offset)
-                    || t.data.iter().any(|&(off, len)| {
-                        residency::of_range(src_file, off, len)
-                            .ok()
-                            .and_then(|s| s.known().map(|r| r.cached < r.pages))
-                            .unwrap_or(true)
-                    })
-            });
-        }
-        report.method = if cfr { "copy_file_range" } else { "chunks" };
-        let shared = Shared {
-            tasks: &tasks,
-            done_chunks,
-            readback: &readback,
-            next: AtomicU64::new(0),
-            done_bytes: AtomicU64::new(0),
-            data_bytes: AtomicU64::new(0),
-            holes_bytes: AtomicU64::new(0),
-            resumed_bytes: AtomicU64::new(0),
-            resume_rejected: AtomicU64::new(0),
-            failed: AtomicBool::new(false),
-            error: Mutex::new(None),
-            journal,
-            started: Instant::now(),
-            total: size,
-        };
-        let use_cfr = AtomicBool::new(cfr);
-        if !cfr && !block_dst && done_chunks.is_empty() {
-            // (Not on resume: the file holds finished chunks, which a
-            // preallocation that failed half-way would punch out.)
-            writer.preallocate(&extents);
-        }
-        std::thread::scope(|s| {
-            for _ in 0..opts.depth.max(1).min(tasks.len().max(1)) {
-                s.spawn(|| {
-                    let r = copy_worker(
-                        &shared, &reader, &writer, src_file, dst_file, opts, chunk, block_dst,
-                        &use_cfr, progress,
-                    );
-                    if let Err(e) = r {
-                        shared.failed.store(true, Ordering::Relaxed);
-                        shared
-                            .error
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                    }
-                });
-            }
-        });
-        if let Some(e) = shared.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(e);
-        }
-        writer.punch_zero_runs();
-        if !use_cfr.load(Ordering::Relaxed) && cfr {
-            report.method = "chunks";
-        }
-        report.bytes = size;
-        report.data_bytes = shared.data_bytes.into_inner();
-        report.holes_bytes = shared.holes_bytes.into_inner();
-        report.resumed_bytes = shared.resumed_bytes.into_inner();
-        report.resume_rejected_chunks = shared.resume_rejected.into_inner();
+        let io = (&reader, &writer, &readback);
+        write_chunks(
+            source, target, opened, io, size, chunk, opts, progress, report,
+        )?;
     } else {
         report.method = "stream";
         let (bytes, sum) = copy_stream(src_file, src, &writer, chunk, opts, progress)?;
@@ -382,6 +370,103 @@ pub(super) fn write(
     report.write_path = writer.used.names();
 
     Ok(src_sum)
+}
+
+/// Writes a sized source's chunks with `opts.depth` workers (or
+/// copy_file_range where the cache is kept), holes left as holes, resumed
+/// chunks checked rather than copied again.
+#[allow(clippy::too_many_arguments)]
+fn write_chunks(
+    source: &Source,
+    target: &Target,
+    opened: &Opened<'_>,
+    (reader, writer, readback): (&SrcReader<'_>, &DstWriter<'_>, &SrcReader<'_>),
+    size: u64,
+    chunk: u64,
+    opts: &CopyOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+    report: &mut CopyReport,
+) -> Result<()> {
+    let (src_file, src_meta) = (&source.file, &source.meta);
+    let dst_file = &opened.file;
+    let done_chunks = &opened.done_chunks;
+    let block_dst = matches!(target, Target::Block { .. });
+    let journal = opened.guard.as_ref().and_then(|g| g.journal.as_ref());
+    let extents = if src_meta.is_file() {
+        data_extents(src_file, size)
+    } else {
+        vec![(0, size)]
+    };
+    let mut tasks = plan(size, chunk, &extents);
+    let cfr = opts.cache == CacheMode::Keep && !block_dst && src_meta.is_file();
+    if !cfr && src_meta.is_file() {
+        // A chunk needs the device unless all its data is cached
+        // (residency unseen: assume it does, and the order stays); a
+        // resumed chunk is read back from the destination.
+        tasks = interleave(tasks, |t| {
+            done_chunks.contains_key(&t.offset)
+                || t.data.iter().any(|&(off, len)| {
+                    residency::of_range(src_file, off, len)
+                        .ok()
+                        .and_then(|s| s.known().map(|r| r.cached < r.pages))
+                        .unwrap_or(true)
+                })
+        });
+    }
+    report.method = if cfr { "copy_file_range" } else { "chunks" };
+    let shared = Shared {
+        tasks: &tasks,
+        done_chunks,
+        readback,
+        next: AtomicU64::new(0),
+        done_bytes: AtomicU64::new(0),
+        data_bytes: AtomicU64::new(0),
+        holes_bytes: AtomicU64::new(0),
+        resumed_bytes: AtomicU64::new(0),
+        resume_rejected: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
+        journal,
+        started: Instant::now(),
+        total: size,
+    };
+    let use_cfr = AtomicBool::new(cfr);
+    if !cfr && !block_dst && done_chunks.is_empty() {
+        // (Not on resume: the file holds finished chunks, which a
+        // preallocation that failed half-way would punch out.)
+        writer.preallocate(&extents);
+    }
+    std::thread::scope(|s| {
+        for _ in 0..opts.depth.max(1).min(tasks.len().max(1)) {
+            s.spawn(|| {
+                let r = copy_worker(
+                    &shared, reader, writer, src_file, dst_file, opts, chunk, block_dst, &use_cfr,
+                    progress,
+                );
+                if let Err(e) = r {
+                    shared.failed.store(true, Ordering::Relaxed);
+                    shared
+                        .error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                }
+            });
+        }
+    });
+    if let Some(e) = shared.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    writer.punch_zero_runs();
+    if !use_cfr.load(Ordering::Relaxed) && cfr {
+        report.method = "chunks";
+    }
+    report.bytes = size;
+    report.data_bytes = shared.data_bytes.into_inner();
+    report.holes_bytes = shared.holes_bytes.into_inner();
+    report.resumed_bytes = shared.resumed_bytes.into_inner();
+    report.resume_rejected_chunks = shared.resume_rejected.into_inner();
+    Ok(())
 }
 
 /// Makes the destination durable, drops what the copy left in the cache,

@@ -36,6 +36,25 @@ pub(super) struct Shared<'a> {
     pub(super) total: u64,
 }
 
+/// One copying thread's view: what it copies with, and its own buffers.
+struct Worker<'w, 's> {
+    sh: &'w Shared<'s>,
+    reader: &'w SrcReader<'w>,
+    writer: &'w DstWriter<'w>,
+    src: &'w File,
+    dst: &'w File,
+    opts: &'w CopyOptions,
+    block_dst: bool,
+    use_cfr: &'w AtomicBool,
+    progress: &'w (dyn Fn(Progress) + Sync),
+    buf: AlignedBuf,
+    zeroes: Vec<u8>,
+    windows: VecDeque<(u64, u64)>,
+}
+
+/// A copying thread: takes chunks until none is left, one fails, or the
+/// copy is cancelled; the destination's write-back windows are drained
+/// whatever happened.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn copy_worker(
     sh: &Shared<'_>,
@@ -49,156 +68,203 @@ pub(super) fn copy_worker(
     use_cfr: &AtomicBool,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<()> {
-    let mut buf = AlignedBuf::new(chunk as usize, 4096);
-    let zeroes = vec![0u8; ZERO_BLOCK as usize];
-    let mut windows = VecDeque::new();
-    let result = (|| -> Result<()> {
+    let mut w = Worker {
+        sh,
+        reader,
+        writer,
+        src,
+        dst,
+        opts,
+        block_dst,
+        use_cfr,
+        progress,
+        buf: AlignedBuf::new(chunk as usize, 4096),
+        zeroes: vec![0u8; ZERO_BLOCK as usize],
+        windows: VecDeque::new(),
+    };
+    let result = w.run();
+    let drained = writer.drain(&mut w.windows);
+    result.and(drained)
+}
+
+impl Worker<'_, '_> {
+    fn run(&mut self) -> Result<()> {
+        let sh = self.sh;
         loop {
             if sh.failed.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            if cancelled(opts) {
-                return Err(interrupted(reader.path));
+            if cancelled(self.opts) {
+                return Err(interrupted(self.reader.path));
             }
             let i = sh.next.fetch_add(1, Ordering::Relaxed) as usize;
             let Some(task) = sh.tasks.get(i) else {
                 return Ok(());
             };
-            if let Some(sum) = sh.done_chunks.get(&task.offset) {
-                // Kept only if the temporary file still holds what the
-                // journal says was written there.
-                let b = &mut buf.as_mut_slice()[..task.len as usize];
-                let holds = sh.readback.read_exact_at(b, task.offset).is_ok()
-                    && match sum {
-                        ChunkSum::Hole => is_zero(b),
-                        ChunkSum::Xxh3(h) => xxh3_64(b) == *h,
-                    };
-                if holds {
-                    sh.resumed_bytes.fetch_add(task.len, Ordering::Relaxed);
-                    report_progress(sh, task.len, progress);
-                    continue;
-                }
-                sh.resume_rejected.fetch_add(1, Ordering::Relaxed);
-                if !block_dst {
-                    // Redone below, where the copy leaves holes unwritten:
-                    // the old bytes must go (a block device has its
-                    // zeroes written).
-                    writer.make_zero(
-                        Zeroing::Hole,
-                        task.offset,
-                        task.len,
-                        &zeroes,
-                        &mut windows,
-                    )?;
-                }
+            if self.resumed(task)? {
+                sh.resumed_bytes.fetch_add(task.len, Ordering::Relaxed);
+                report_progress(sh, task.len, self.progress);
+                continue;
             }
-            if let Some(rate) = opts.bwlimit {
-                // Pace against the bytes finished so far plus this chunk
-                // (with several threads, up to `depth` chunks run ahead).
-                let planned = sh.done_bytes.load(Ordering::Relaxed) + task.len;
-                let due = Duration::from_secs_f64(planned as f64 / rate.max(1) as f64);
-                let now = sh.started.elapsed();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
+            self.pace(task);
+            self.copy(task)?;
+            report_progress(sh, task.len, self.progress);
+        }
+    }
+
+    /// Whether an interrupted copy finished `task` and the temporary file
+    /// still holds what the journal says was written there. A chunk that
+    /// does not is cleared for the copy (holes are left unwritten, so the
+    /// old bytes must go; a block device has its zeroes written anyway).
+    fn resumed(&mut self, task: &Task) -> Result<bool> {
+        let Some(sum) = self.sh.done_chunks.get(&task.offset) else {
+            return Ok(false);
+        };
+        let b = &mut self.buf.as_mut_slice()[..task.len as usize];
+        let holds = self.sh.readback.read_exact_at(b, task.offset).is_ok()
+            && match sum {
+                ChunkSum::Hole => is_zero(b),
+                ChunkSum::Xxh3(h) => xxh3_64(b) == *h,
+            };
+        if holds {
+            return Ok(true);
+        }
+        self.sh.resume_rejected.fetch_add(1, Ordering::Relaxed);
+        if !self.block_dst {
+            self.writer.make_zero(
+                Zeroing::Hole,
+                task.offset,
+                task.len,
+                &self.zeroes,
+                &mut self.windows,
+            )?;
+        }
+        Ok(false)
+    }
+
+    /// With `--bwlimit`: waits until the bytes finished so far plus this
+    /// chunk are due (with several threads, up to `depth` chunks run
+    /// ahead).
+    fn pace(&self, task: &Task) {
+        if let Some(rate) = self.opts.bwlimit {
+            let planned = self.sh.done_bytes.load(Ordering::Relaxed) + task.len;
+            let due = Duration::from_secs_f64(planned as f64 / rate.max(1) as f64);
+            let now = self.sh.started.elapsed();
+            if due > now {
+                std::thread::sleep(due - now);
             }
-            let mut data = 0;
-            let mut covered = 0;
-            // What the journal will say the chunk holds: its bytes, with
-            // zeroes for the source's holes.
-            let mut sum = sh.journal.map(|_| Xxh3::new());
-            let mut hashed_to = task.offset;
-            for &(off, len) in &task.data {
-                covered += len;
-                if let Some(h) = sum.as_mut() {
-                    hash_zeroes(h, off - hashed_to, &zeroes);
-                    hashed_to = off + len;
-                }
-                if use_cfr.load(Ordering::Relaxed) {
-                    match copy_range(src, dst, off, len) {
-                        Ok(()) => {
-                            data += len;
-                            if let Some(h) = sum.as_mut() {
-                                let b = &mut buf.as_mut_slice()[..len as usize];
-                                sh.readback.read_exact_at(b, off)?;
-                                h.update(b);
-                            }
-                            continue;
-                        }
-                        Err(e)
-                            if matches!(
-                                e.raw_os_error(),
-                                Some(libc::EXDEV | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
-                            ) =>
-                        {
-                            use_cfr.store(false, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            return Err(Error::io("copy_file_range", writer.path, Some(off), e))
-                        }
-                    }
-                }
-                let b = &mut buf.as_mut_slice()[..len as usize];
-                reader.read_exact_at(b, off)?;
-                if let Some(h) = sum.as_mut() {
+        }
+    }
+
+    /// Copies `task`'s data runs, writes zeroes for its holes where the
+    /// destination is a device, and records it in the journal.
+    fn copy(&mut self, task: &Task) -> Result<()> {
+        let sh = self.sh;
+        let mut data = 0;
+        let mut covered = 0;
+        // What the journal will say the chunk holds: its bytes, with
+        // zeroes for the source's holes.
+        let mut sum = sh.journal.map(|_| Xxh3::new());
+        let mut hashed_to = task.offset;
+        for &(off, len) in &task.data {
+            covered += len;
+            if let Some(h) = sum.as_mut() {
+                hash_zeroes(h, off - hashed_to, &self.zeroes);
+                hashed_to = off + len;
+            }
+            if self.copy_range_once(off, len, sum.as_mut())? {
+                data += len;
+                continue;
+            }
+            let b = &mut self.buf.as_mut_slice()[..len as usize];
+            self.reader.read_exact_at(b, off)?;
+            if let Some(h) = sum.as_mut() {
+                h.update(b);
+            }
+            data += write_sparse(
+                self.writer,
+                b,
+                off,
+                self.opts.sparse,
+                self.block_dst,
+                &self.zeroes,
+                &mut self.windows,
+                &sh.holes_bytes,
+            )?;
+        }
+        let holes = task.len - covered;
+        if holes > 0 {
+            sh.holes_bytes.fetch_add(holes, Ordering::Relaxed);
+            if self.block_dst {
+                self.zero_holes(task)?;
+            }
+        }
+        sh.data_bytes.fetch_add(data, Ordering::Relaxed);
+        if let (Some(j), Some(mut h)) = (sh.journal, sum) {
+            let line = if task.data.is_empty() {
+                ChunkSum::Hole
+            } else {
+                hash_zeroes(&mut h, task.offset + task.len - hashed_to, &self.zeroes);
+                ChunkSum::Xxh3(h.digest())
+            };
+            j.done(task.offset, line)
+                .map_err(io_err("write", j.path(), None))?;
+        }
+        Ok(())
+    }
+
+    /// A run by copy_file_range, while the copy uses it: true if done
+    /// (hashed from the destination for the journal); false if the file
+    /// systems refuse it, which turns it off for the rest of the copy.
+    fn copy_range_once(&mut self, off: u64, len: u64, sum: Option<&mut Xxh3>) -> Result<bool> {
+        if !self.use_cfr.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        match copy_range(self.src, self.dst, off, len) {
+            Ok(()) => {
+                if let Some(h) = sum {
+                    let b = &mut self.buf.as_mut_slice()[..len as usize];
+                    self.sh.readback.read_exact_at(b, off)?;
                     h.update(b);
                 }
-                data += write_sparse(
-                    writer,
-                    b,
-                    off,
-                    opts.sparse,
-                    block_dst,
-                    &zeroes,
-                    &mut windows,
-                    &sh.holes_bytes,
+                Ok(true)
+            }
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV | libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+                ) =>
+            {
+                self.use_cfr.store(false, Ordering::Relaxed);
+                Ok(false)
+            }
+            Err(e) => Err(Error::io("copy_file_range", self.writer.path, Some(off), e)),
+        }
+    }
+
+    /// Writes zeroes over `task`'s holes in a device destination.
+    fn zero_holes(&mut self, task: &Task) -> Result<()> {
+        let mut at = task.offset;
+        let end = task.offset + task.len;
+        let gaps = task
+            .data
+            .iter()
+            .map(|&(off, len)| (off, off + len))
+            .chain(std::iter::once((end, end)));
+        for (off, next) in gaps {
+            if off > at {
+                self.writer.make_zero(
+                    Zeroing::Range,
+                    at,
+                    off - at,
+                    &self.zeroes,
+                    &mut self.windows,
                 )?;
             }
-            // The chunk's holes in the source.
-            let holes = task.len - covered;
-            if holes > 0 {
-                sh.holes_bytes.fetch_add(holes, Ordering::Relaxed);
-                if block_dst {
-                    let mut at = task.offset;
-                    for &(off, len) in &task.data {
-                        if off > at {
-                            writer.make_zero(
-                                Zeroing::Range,
-                                at,
-                                off - at,
-                                &zeroes,
-                                &mut windows,
-                            )?;
-                        }
-                        at = off + len;
-                    }
-                    if at < task.offset + task.len {
-                        writer.make_zero(
-                            Zeroing::Range,
-                            at,
-                            task.offset + task.len - at,
-                            &zeroes,
-                            &mut windows,
-                        )?;
-                    }
-                }
-            }
-            sh.data_bytes.fetch_add(data, Ordering::Relaxed);
-            if let (Some(j), Some(mut h)) = (sh.journal, sum) {
-                let line = if task.data.is_empty() {
-                    ChunkSum::Hole
-                } else {
-                    hash_zeroes(&mut h, task.offset + task.len - hashed_to, &zeroes);
-                    ChunkSum::Xxh3(h.digest())
-                };
-                j.done(task.offset, line)
-                    .map_err(io_err("write", j.path(), None))?;
-            }
-            report_progress(sh, task.len, progress);
+            at = next;
         }
-    })();
-    let drained = writer.drain(&mut windows);
-    result.and(drained)
+        Ok(())
+    }
 }
 
 /// Feeds `n` zero bytes to `h`.
