@@ -11,10 +11,13 @@ use std::path::Path;
 use rustix::fs::AtFlags;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use super::journal::{Journal, StateDir};
+use super::place;
+use super::{
+    aligned, bump, io_err, open_direct, CacheMode, CopyOptions, FlagProbe, Used, WRITE_WINDOWS,
+    ZERO_BLOCK,
+};
 use crate::{residency, sys, Error, Result};
-use journal::{Journal, StateDir};
-
-use super::*;
 
 /// Writes the destination, keeping it out of the cache unless `Keep`.
 pub(super) struct DstWriter<'a> {

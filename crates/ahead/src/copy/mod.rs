@@ -70,11 +70,9 @@ use crate::{sys, Error, Result};
 pub use journal::StateDir;
 use place::Source;
 
-use dest::*;
+use plan::check_options;
 pub use plan::MAX_CHUNK_BYTES;
-use plan::*;
 use run::copy_to;
-use source::*;
 pub use verify::checksum_file;
 
 /// What the copy does to the kernel's page cache.
@@ -362,6 +360,8 @@ pub fn copy(
 
 #[cfg(test)]
 mod tests {
+    use super::dest::is_zero;
+    use super::plan::{interleave, plan, Task};
     use super::*;
     use std::fs;
 

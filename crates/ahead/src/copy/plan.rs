@@ -4,9 +4,8 @@
 use std::fs::{self, File};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
+use super::{CopyOptions, MAX_CHUNK, MIN_CHUNK, ZERO_BLOCK};
 use crate::{Error, Result};
-
-use super::*;
 
 /// The source's device's largest request (queue/max_sectors_kb), clamped
 /// to 1–8 MiB; 4 MiB when sysfs does not say.

@@ -8,12 +8,11 @@ use std::path::Path;
 
 use std::sync::OnceLock;
 
+use super::journal::SourceId;
+use super::place::SrcKind;
+use super::{aligned, bump, io_err, open_direct, CacheMode, CopyOptions, FlagProbe, Used};
 use crate::io::AlignedBuf;
 use crate::{residency, sys, Error, Result};
-use journal::SourceId;
-use place::SrcKind;
-
-use super::*;
 
 /// Reads from the source without disturbing its cached pages (or with the
 /// behaviour of the other modes).

@@ -5,9 +5,9 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
+use super::dest::DstWriter;
+use super::{cancelled, interrupted, CopyOptions, Progress};
 use crate::{Error, Result};
-
-use super::*;
 
 /// Copies a stream (pipe, socket, character device) in order; returns the
 /// bytes copied and, when verifying, the BLAKE3 of what was read.

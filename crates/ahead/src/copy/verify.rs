@@ -3,10 +3,10 @@
 use std::fs::File;
 use std::path::Path;
 
+use super::source::SrcReader;
+use super::{io_err, CopyOptions};
 use crate::io::AlignedBuf;
 use crate::{Error, Result};
-
-use super::*;
 
 /// `blake3:HEX` of the file at `path` (the whole of it, or of a block
 /// device), read as a copy in `opts.cache` mode reads: by default without

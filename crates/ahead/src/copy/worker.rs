@@ -10,11 +10,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
+use super::dest::{is_zero, write_sparse, DstWriter, Zeroing};
+use super::journal::{ChunkSum, Journal};
+use super::plan::Task;
+use super::source::SrcReader;
+use super::{cancelled, interrupted, io_err, CopyOptions, Progress, ZERO_BLOCK};
 use crate::io::AlignedBuf;
 use crate::{Error, Result};
-use journal::{ChunkSum, Journal};
-
-use super::*;
 
 /// State the copying threads share.
 pub(super) struct Shared<'a> {
