@@ -148,6 +148,8 @@ pub mod features;
 mod file;
 pub mod io;
 pub mod ra;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod residency;
 mod sys;
 #[cfg(any(test, feature = "testing"))]

@@ -3,6 +3,7 @@
 //! the backend, and walking a request's pages as they arrive.
 
 use super::*;
+use crate::io::Backend;
 
 /// Receives runs of pinned `(frame, valid bytes)` with the bytes done so
 /// far; returns true if it keeps the pins.
@@ -126,15 +127,25 @@ impl File {
             }
             let op = self.op_for(&plan, page);
             let engine = shared.clone();
-            shared.backend.submit(
+            self.backend().submit(
                 op,
                 Box::new(move |_op, result| engine.cache.complete(&plan, result)),
             );
         }
         for plan in inline {
             let mut op = self.op_for(&plan, page);
-            let result = shared.backend.read_now(&mut op);
+            let result = self.backend().read_now(&mut op);
             shared.cache.complete(&plan, result);
+        }
+    }
+
+    /// Where this file's reads go: the engine's backend, or for an object
+    /// its remote one.
+    fn backend(&self) -> &Arc<dyn Backend> {
+        if self.is_remote() {
+            self.inner.engine.remote_backend()
+        } else {
+            &self.inner.engine.backend
         }
     }
 
@@ -142,7 +153,7 @@ impl File {
         let shared = &self.inner.engine;
         let len = plan.frames.len() * page as usize;
         ReadOp {
-            source: self.inner.fd.clone(),
+            source: self.inner.source.clone(),
             offset: plan.first * page,
             len,
             buf: IoBuf::Frames(crate::io::FrameBuf::new(

@@ -11,8 +11,9 @@ use rustix::fs::OFlags;
 use std::time::Duration;
 
 use super::kernel::{start_hinter, Hint, KernelFile, Mode};
-use super::{File, FileInner, Served, Stamp};
+use super::{File, FileInner, Served};
 use crate::cache::{EvictionKind, PageCache, Stats};
+use crate::io::ReadSource;
 use crate::io::{Backend, BackendKind};
 use crate::ra::{self, PolicyKind, RaConfig};
 use crate::{sys, Error, Result};
@@ -215,6 +216,14 @@ impl OpenOptions {
 }
 
 impl Shared {
+    /// The backend objects' reads go to: a pool of `depth` threads, each
+    /// waiting on one request (io_uring has nothing to offer a source
+    /// without a descriptor).
+    pub(super) fn remote_backend(&self) -> &Arc<dyn Backend> {
+        self.remote_backend
+            .get_or_init(|| Arc::new(crate::io::Pool::new(self.config.depth)))
+    }
+
     /// The backend kernel-mode files hand their misses to.
     pub(super) fn buffered_backend(&self) -> &Arc<dyn Backend> {
         self.buffered_backend.get_or_init(|| {
@@ -246,12 +255,17 @@ pub(super) struct Shared {
     /// The backend of kernel-mode misses (started on first use; the main
     /// backend if it cannot be started).
     pub(super) buffered_backend: OnceLock<Arc<dyn Backend>>,
+    /// The backend of objects' reads (started on first use).
+    pub(super) remote_backend: OnceLock<Arc<dyn Backend>>,
+    /// The runtime of objects' requests (started on first use).
+    #[cfg(feature = "remote")]
+    pub(super) runtime: OnceLock<Arc<crate::remote::Runtime>>,
 }
 
 /// Owns the cache and the backend; opens files. Cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl Engine {
@@ -293,6 +307,9 @@ impl Engine {
                 max_io_pages,
                 hinter: OnceLock::new(),
                 buffered_backend: OnceLock::new(),
+                remote_backend: OnceLock::new(),
+                #[cfg(feature = "remote")]
+                runtime: OnceLock::new(),
                 served: Served::default(),
                 config,
             }),
@@ -458,7 +475,7 @@ impl Engine {
             }
         }
         // The file as it is now, from the descriptor that will be read.
-        let stamp = Stamp::of(&fd).map_err(|e| err("stat", e))?;
+        let stamp = fd.version().map_err(|e| err("stat", e))?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         self.shared.cache.open_file(id, stamp.size);
         let ra = RaConfig::with_max_pages(self.shared.max_ra_pages);
@@ -498,7 +515,10 @@ impl Engine {
                 engine: self.shared.clone(),
                 id,
                 path: path.into(),
-                fd,
+                source: fd.clone(),
+                fd: Some(fd),
+                #[cfg(feature = "remote")]
+                object: None,
                 direct,
                 kernel,
                 policy: Mutex::new(policy),

@@ -37,6 +37,8 @@ mod hits;
 mod kernel;
 mod pages;
 mod reader;
+#[cfg(feature = "remote")]
+mod remote;
 
 pub use advice::Advice;
 use advice::{advice_at, set_advice};
@@ -56,41 +58,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cache::{self, Collected, PageCache, Plan, Planner, Stats};
-use crate::io::{IoBuf, ReadOp};
+use crate::io::{IoBuf, ReadOp, ReadSource, Version};
 use crate::ra::{self, Policy, Request, Window};
 use crate::{sys, Error, Result};
 use crossbeam_queue::ArrayQueue;
 use std::future::Future as _;
 use std::os::fd::AsFd as _;
-
-/// What says a file changed: its size and its modification and change
-/// times (a writer cannot set the change time back).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    size: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-}
-
-impl Stamp {
-    fn of(fd: &OwnedFd) -> io::Result<Stamp> {
-        let st = rustix::fs::fstat(fd)?;
-        let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
-        let size = if rustix::fs::FileType::from_raw_mode(st.st_mode)
-            == rustix::fs::FileType::BlockDevice
-        {
-            rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0))?
-        } else {
-            st.st_size as u64
-        };
-        #[allow(clippy::unnecessary_cast)] // the fields' widths vary by architecture
-        Ok(Stamp {
-            size,
-            mtime_ns: ns(st.st_mtime as i64, st.st_mtime_nsec as i64),
-            ctime_ns: ns(st.st_ctime as i64, st.st_ctime_nsec as i64),
-        })
-    }
-}
 
 /// What [`File::refresh`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,7 +83,14 @@ struct FileInner {
     engine: Arc<Shared>,
     id: cache::FileId,
     path: PathBuf,
-    fd: Arc<OwnedFd>,
+    /// What reads read: the file's descriptor, or an object.
+    source: Arc<dyn ReadSource>,
+    /// A file's descriptor (none for an object).
+    fd: Option<Arc<OwnedFd>>,
+    /// An object in a store (none for a file): reads go to the engine's
+    /// remote backend.
+    #[cfg(feature = "remote")]
+    object: Option<Arc<crate::remote::ObjectSource>>,
     direct: bool,
     /// Buffered and Uncached files: the kernel's cache is read instead of
     /// the engine's.
@@ -135,7 +115,7 @@ struct FileInner {
     /// takes no lock to learn there is none.
     advised: std::sync::atomic::AtomicBool,
     /// The file as it was when opened or last refreshed.
-    stamp: Mutex<Stamp>,
+    stamp: Mutex<Version>,
 }
 
 impl Drop for FileInner {
@@ -171,6 +151,15 @@ impl File {
     /// The path it was opened with.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// Whether this is an object in a store (opened with
+    /// [`Engine::open_url`] or `open_object`), not a file.
+    pub fn is_remote(&self) -> bool {
+        #[cfg(feature = "remote")]
+        return self.inner.object.is_some();
+        #[cfg(not(feature = "remote"))]
+        return false;
     }
 
     /// Whether reads bypass the kernel's cache (false after the fallback
@@ -224,8 +213,8 @@ impl File {
     /// taken: the next reads see the file as it is. Unchanged, nothing is
     /// dropped. See the crate docs for the coherence contract.
     pub fn refresh(&self) -> Result<Refreshed> {
-        let now =
-            Stamp::of(&self.inner.fd).map_err(|e| Error::io("stat", &self.inner.path, None, e))?;
+        let now = (self.inner.source.version())
+            .map_err(|e| Error::io("stat", &self.inner.path, None, e))?;
         let mut stamp = self.inner.stamp.lock().unwrap_or_else(|p| p.into_inner());
         if *stamp == now {
             return Ok(Refreshed {
@@ -281,6 +270,13 @@ impl File {
     }
 
     fn io_error(&self, op: &'static str, offset: u64, e: io::Error) -> Error {
+        // A failed read reaches its readers as an errno kept in the cache;
+        // an object says what the request met.
+        #[cfg(feature = "remote")]
+        let e = match &self.inner.object {
+            Some(o) => o.explain(e),
+            None => e,
+        };
         Error::io(op, &self.inner.path, Some(offset), e)
     }
 
@@ -295,8 +291,8 @@ impl File {
                 Advice::Random => sys::Advice::Random,
                 Advice::Normal | Advice::Reverse => sys::Advice::Normal,
             };
-            if k.mode == Mode::Buffered {
-                let _ = sys::fadvise(self.inner.fd.as_fd(), offset, len, a);
+            if let (Mode::Buffered, Some(fd)) = (k.mode, &self.inner.fd) {
+                let _ = sys::fadvise(fd.as_fd(), offset, len, a);
             }
             return;
         }

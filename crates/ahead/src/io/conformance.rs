@@ -344,6 +344,13 @@ impl ReadSource for NoFdSource {
         testdata::fill(&mut buf[..n], offset);
         Ok(n)
     }
+
+    fn version(&self) -> io::Result<super::Version> {
+        Ok(super::Version {
+            size: self.size,
+            tag: 0,
+        })
+    }
 }
 
 #[test]

@@ -146,6 +146,35 @@ pub trait ReadSource: Send + Sync {
     /// descriptor ignores. A file is read by the backends through its
     /// descriptor and never calls this.
     fn read_at(&self, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize>;
+    /// Reads the bytes at `offset` into `parts` one after another, with
+    /// [`ReadSource::read_at`]'s semantics over their total. The default
+    /// reads each part in turn; a source whose requests cost a round trip
+    /// (an object) makes it one request.
+    fn read_parts(&self, parts: &mut [&mut [u8]], offset: u64, flags: i32) -> io::Result<usize> {
+        let mut done = 0;
+        for part in parts.iter_mut() {
+            let n = self.read_at(part, offset + done as u64, flags)?;
+            done += n;
+            if n < part.len() {
+                break;
+            }
+        }
+        Ok(done)
+    }
+    /// What the source is now: its size, and a tag that changes whenever
+    /// its contents may have (a file: its modification and change times;
+    /// an object: its ETag). [`crate::File::refresh`] compares them.
+    fn version(&self) -> io::Result<Version>;
+}
+
+/// A source's size and a tag of its contents, as [`ReadSource::version`]
+/// gives them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// Size in bytes.
+    pub size: u64,
+    /// Changes whenever the contents may have.
+    pub tag: u128,
 }
 
 impl ReadSource for OwnedFd {
@@ -164,6 +193,23 @@ impl ReadSource for OwnedFd {
             }
         }
         Ok(done)
+    }
+
+    fn version(&self) -> io::Result<Version> {
+        let st = rustix::fs::fstat(self)?;
+        let size = if rustix::fs::FileType::from_raw_mode(st.st_mode)
+            == rustix::fs::FileType::BlockDevice
+        {
+            rustix::fs::seek(self, rustix::fs::SeekFrom::End(0))?
+        } else {
+            st.st_size as u64
+        };
+        let ns = |s: i64, n: i64| (s as i128 * 1_000_000_000 + n as i128) as u64 as u128;
+        // A writer cannot set the change time back; both times, exactly.
+        #[allow(clippy::unnecessary_cast)] // the fields' widths vary by architecture
+        let tag = ns(st.st_mtime as i64, st.st_mtime_nsec as i64) << 64
+            | ns(st.st_ctime as i64, st.st_ctime_nsec as i64);
+        Ok(Version { size, tag })
     }
 }
 
@@ -293,19 +339,14 @@ pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
 fn read_by_source(op: &mut ReadOp) -> io::Result<usize> {
     let source = op.source.clone();
     let iov = op.buf.iovecs(0, op.len);
-    let mut done = 0;
-    for v in &iov {
-        // SAFETY: each iovec points into `op.buf`, which `op` owns and
-        // which nobody else touches while the read runs (`&mut op`); the
-        // iovecs do not overlap, and each slice lives only for its read.
-        let part = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) };
-        let n = source.read_at(part, op.offset + done as u64, op.flags)?;
-        done += n;
-        if n < v.iov_len {
-            break;
-        }
-    }
-    Ok(done)
+    // SAFETY: each iovec points into `op.buf`, which `op` owns and which
+    // nobody else touches while the read runs (`&mut op`); the iovecs do
+    // not overlap, and the slices live only for this read.
+    let mut parts: Vec<&mut [u8]> = iov
+        .iter()
+        .map(|v| unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) })
+        .collect();
+    source.read_parts(&mut parts, op.offset, op.flags)
 }
 
 /// Which backend to use.

@@ -5,6 +5,9 @@
 //! place, stale bytes or zeroes is caught, whatever the access pattern. The
 //! benchmark uses the same generator for its test files.
 
+#[cfg(feature = "testing")]
+pub mod s3;
+
 use std::io::{self, Write};
 use std::path::Path;
 

@@ -1,0 +1,92 @@
+//! Opening objects in a store as [`File`]s (see [`crate::remote`]): the
+//! engine's runtime and remote backend, started on first use.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+use super::engine::{Engine, Shared};
+use super::{File, FileInner, Served};
+use crate::io::ReadSource;
+use crate::ra::{self, RaConfig};
+use crate::remote::{ObjectSource, RemoteStats, Runtime};
+use crate::{Error, Result};
+
+impl Engine {
+    /// Opens the object a URL names (`s3://bucket/key`, `http(s)://…`),
+    /// with credentials, region and endpoint from the standard `AWS_*`
+    /// environment, for reading through the engine's cache as a Direct
+    /// file is read. Its size and ETag are taken now; reads are held to
+    /// that version (see [`crate::remote`]).
+    pub fn open_url(&self, url: &str) -> Result<File> {
+        let (store, path) = crate::remote::store_for_url(url)
+            .map_err(|e| Error::io("open", url.as_ref(), None, e))?;
+        self.open_object(store, path, url)
+    }
+
+    /// Opens `path` in a store the caller configured; `name` names it in
+    /// errors and [`File::path`].
+    pub fn open_object(
+        &self,
+        store: Arc<dyn ObjectStore>,
+        path: ObjectPath,
+        name: &str,
+    ) -> Result<File> {
+        let shared = &self.shared;
+        let runtime = shared
+            .runtime()
+            .map_err(|e| Error::io("start the remote runtime", name.as_ref(), None, e))?;
+        let object = ObjectSource::open(store, path, name.to_owned(), runtime)
+            .map_err(|e| Error::io("open", name.as_ref(), None, e))?;
+        let object = Arc::new(object);
+        let stamp = object
+            .version()
+            .map_err(|e| Error::io("open", name.as_ref(), None, e))?;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        shared.cache.open_file(id, stamp.size);
+        let kind = shared.config.policy;
+        let policy = ra::new_policy(kind, RaConfig::with_max_pages(shared.max_ra_pages));
+        let hit_path = shared.config.lock_free_hits && policy.calls() == ra::Calls::OnDemand;
+        Ok(File {
+            inner: Arc::new(FileInner {
+                served: Served::default(),
+                engine: shared.clone(),
+                id,
+                path: PathBuf::from(name),
+                source: object.clone(),
+                fd: None,
+                object: Some(object),
+                direct: true,
+                kernel: None,
+                policy: Mutex::new(policy),
+                hits_seen: super::hit_queues(),
+                hits_queued: std::sync::atomic::AtomicBool::new(false),
+                hit_path,
+                advice: Mutex::new(Vec::new()),
+                advised: std::sync::atomic::AtomicBool::new(false),
+                stamp: Mutex::new(stamp),
+            }),
+        })
+    }
+}
+
+impl Shared {
+    /// The engine's runtime for object requests, started on first use.
+    fn runtime(&self) -> std::io::Result<Arc<Runtime>> {
+        if let Some(rt) = self.runtime.get() {
+            return Ok(rt.clone());
+        }
+        let rt = Arc::new(Runtime::new()?);
+        Ok(self.runtime.get_or_init(|| rt).clone())
+    }
+}
+
+impl File {
+    /// An object's request counters; `None` for a file.
+    pub fn remote_stats(&self) -> Option<RemoteStats> {
+        self.inner.object.as_ref().map(|o| o.stats())
+    }
+}

@@ -1,0 +1,397 @@
+//! Objects in a store, read through the engine's cache and readahead: S3
+//! and S3-compatible endpoints (`s3://bucket/key`, with Ceph's RADOS
+//! Gateway, MinIO, AWS) and plain HTTP(S) servers that answer ranged GETs
+//! (`http(s)://host/path`), through the `object_store` crate (retries with
+//! backoff, credentials and endpoint from the standard `AWS_*`
+//! environment).
+//!
+//! An object is an [`io::ReadSource`](crate::io::ReadSource) without a
+//! descriptor: the cache keys its pages like a file's and the policies see
+//! only pages, so every readahead rule (forward, backward, strided,
+//! interleaved, dense) is the same code as for files. What differs:
+//!
+//! * **One version per read.** The object's size and ETag are taken when
+//!   it is opened; every ranged GET is conditional on that ETag
+//!   (`If-Match`). An object overwritten while it is read gives an error
+//!   naming the URL — never bytes of two versions as success.
+//!   [`File::refresh`](crate::File::refresh) looks again (a HEAD) and
+//!   adopts the version it finds, dropping what was cached.
+//! * **Reads are requests.** A planned read (a run of pages) is one ranged
+//!   GET, on the engine's own asynchronous runtime; the engine's remote
+//!   backend keeps up to `depth` of them in flight (the caller needs no
+//!   executor).
+//! * **Failures.** object_store retries 5xx, 503 SlowDown, timeouts and
+//!   connections reset, with backoff, for at most [`RETRY_TIMEOUT`]; a
+//!   read that still fails gets an error naming the URL and the range.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+
+use crate::io::{ReadSource, Version};
+
+/// How many times a failed request is tried again.
+pub const MAX_RETRIES: usize = 5;
+/// No request is retried after this long from its first try: a read that
+/// cannot be served fails in bounded time.
+pub const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
+/// One request's limit, from connecting to its last byte.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connecting's limit.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The engine's runtime for object requests: two worker threads (the
+/// requests wait on the network, not on the CPU), shut down without
+/// waiting when the engine goes, so that an engine dropped inside a
+/// caller's own runtime does not panic.
+pub(crate) struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl Runtime {
+    pub(crate) fn new() -> io::Result<Runtime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ahead-remote")
+            .enable_all()
+            .build()?;
+        Ok(Runtime(Some(rt)))
+    }
+
+    pub(crate) fn handle(&self) -> tokio::runtime::Handle {
+        match &self.0 {
+            Some(rt) => rt.handle().clone(),
+            None => unreachable!("the runtime is only taken when dropped"),
+        }
+    }
+
+    /// Runs `fut` on the runtime and waits for it on this thread, which
+    /// may be any thread (a caller's, a backend's, or a worker of the
+    /// caller's own runtime: the wait is a channel, never `block_on`).
+    pub(crate) fn run<T: Send + 'static>(
+        &self,
+        fut: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle().spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        match rx.recv() {
+            Ok(v) => v,
+            // The task cannot be dropped unfinished while the runtime
+            // lives, and the runtime outlives every source.
+            Err(_) => panic!("the remote runtime dropped a request"),
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// What an object's reads cost, counted as they go.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Ranged GETs completed (each after its retries), and HEADs.
+    pub requests: u64,
+    /// Bytes the GETs brought back.
+    pub bytes_fetched: u64,
+    /// Requests that failed after their retries.
+    pub failed: u64,
+    /// Sum of the GETs' first-byte times (request sent to response
+    /// headers), in microseconds: divided by `requests`, the mean.
+    pub first_byte_us_total: u64,
+    /// The most GETs in flight at once.
+    pub peak_in_flight: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    failed: AtomicU64,
+    first_byte_us: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+}
+
+/// An object opened for reading: a store, a path in it, and the version
+/// (size and ETag) its reads are held to.
+pub struct ObjectSource {
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    url: String,
+    runtime: Arc<Runtime>,
+    /// (size, ETag) of the version being read.
+    version: Mutex<(u64, Option<String>)>,
+    counters: Counters,
+    /// The last request's failure, for the readers who get it as an errno
+    /// from the cache.
+    last_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for ObjectSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectSource")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+/// The store and the object's path a URL names: `s3://bucket/key` (and
+/// `s3a://`) with the `AWS_*` environment (credentials, region,
+/// `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), or `http(s)://host/path`.
+pub fn store_for_url(url: &str) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let parsed = url::Url::parse(url).map_err(|e| invalid(format!("{url}: {e}")))?;
+    let retry = object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(2),
+            base: 2.0,
+        },
+        max_retries: MAX_RETRIES,
+        retry_timeout: RETRY_TIMEOUT,
+    };
+    let client = object_store::ClientOptions::new()
+        .with_timeout(REQUEST_TIMEOUT)
+        .with_connect_timeout(CONNECT_TIMEOUT);
+    let key = parsed.path().trim_start_matches('/');
+    let path = ObjectPath::from_url_path(key).map_err(|e| invalid(format!("{url}: {e}")))?;
+    let store: Arc<dyn ObjectStore> = match parsed.scheme() {
+        "s3" | "s3a" => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_url(url)
+                .with_retry(retry)
+                .with_client_options(client)
+                .build()
+                .map_err(|e| invalid(format!("{url}: {e}")))?,
+        ),
+        "http" | "https" => {
+            let origin = parsed.origin().ascii_serialization();
+            Arc::new(
+                object_store::http::HttpBuilder::new()
+                    .with_url(origin)
+                    .with_retry(retry)
+                    .with_client_options(client.with_allow_http(true))
+                    .build()
+                    .map_err(|e| invalid(format!("{url}: {e}")))?,
+            )
+        }
+        other => {
+            return Err(invalid(format!(
+                "{url}: the scheme {other}:// is not one ahead reads (s3://, http://, https://)"
+            )))
+        }
+    };
+    Ok((store, path))
+}
+
+fn invalid(why: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, why)
+}
+
+/// An object_store error as an `io::Error` that names the URL: a missing
+/// object is `NotFound`, a changed one says so.
+fn io_error(url: &str, e: object_store::Error) -> io::Error {
+    match e {
+        object_store::Error::NotFound { .. } => {
+            io::Error::new(io::ErrorKind::NotFound, format!("{url}: no such object"))
+        }
+        object_store::Error::Precondition { .. } => io::Error::new(
+            io::ErrorKind::StaleNetworkFileHandle,
+            format!("{url}: {CHANGED}"),
+        ),
+        other => io::Error::other(format!("{url}: {other}")),
+    }
+}
+
+/// What a read of an object overwritten since it was opened meets.
+const CHANGED: &str = "the object changed while it was read (its ETag no longer matches); \
+                       refresh or open it again";
+
+impl ObjectSource {
+    /// Opens `path` in `store` (a HEAD: its size and ETag), `url` naming
+    /// it in errors.
+    pub(crate) fn open(
+        store: Arc<dyn ObjectStore>,
+        path: ObjectPath,
+        url: String,
+        runtime: Arc<Runtime>,
+    ) -> io::Result<ObjectSource> {
+        let source = ObjectSource {
+            store,
+            path,
+            url,
+            runtime,
+            version: Mutex::new((0, None)),
+            counters: Counters::default(),
+            last_error: Mutex::new(None),
+        };
+        source.look()?;
+        Ok(source)
+    }
+
+    /// The URL (or the caller's name for the object).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RemoteStats {
+        let c = &self.counters;
+        RemoteStats {
+            requests: c.requests.load(Ordering::Relaxed),
+            bytes_fetched: c.bytes.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+            first_byte_us_total: c.first_byte_us.load(Ordering::Relaxed),
+            peak_in_flight: c.peak.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A HEAD: the object as it is now, which its reads are held to from
+    /// here on.
+    fn look(&self) -> io::Result<Version> {
+        let (store, path, url) = (self.store.clone(), self.path.clone(), self.url.clone());
+        let meta = self
+            .runtime
+            .run(async move { store.head(&path).await })
+            .map_err(|e| io_error(&url, e));
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        let meta = meta.inspect_err(|_| {
+            self.counters.failed.fetch_add(1, Ordering::Relaxed);
+        })?;
+        let tag = meta
+            .e_tag
+            .as_deref()
+            .map_or(0, |t| xxhash_rust::xxh3::xxh3_128(t.as_bytes()));
+        let size = meta.size;
+        *self.version.lock().unwrap_or_else(|p| p.into_inner()) = (size, meta.e_tag);
+        Ok(Version { size, tag })
+    }
+
+    /// One ranged GET of `len` bytes at `offset` (clipped to the object's
+    /// end), conditional on the version being read.
+    /// The range's bytes; a failure as an errno for the cache to keep,
+    /// its message kept for [`ObjectSource::explain`].
+    fn get(&self, offset: u64, len: u64) -> io::Result<bytes::Bytes> {
+        self.fetch(offset, len).map_err(|e| {
+            let errno = match e.kind() {
+                io::ErrorKind::StaleNetworkFileHandle => libc::ESTALE,
+                io::ErrorKind::NotFound => libc::ENOENT,
+                _ => libc::EIO,
+            };
+            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            io::Error::from_raw_os_error(errno)
+        })
+    }
+
+    fn fetch(&self, offset: u64, len: u64) -> io::Result<bytes::Bytes> {
+        let (size, etag) = self
+            .version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let end = offset.saturating_add(len).min(size);
+        if offset >= end {
+            return Ok(bytes::Bytes::new());
+        }
+        let c = &self.counters;
+        let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        c.peak.fetch_max(now, Ordering::Relaxed);
+        let (store, path) = (self.store.clone(), self.path.clone());
+        let opts = GetOptions {
+            if_match: etag,
+            range: Some(GetRange::Bounded(offset..end)),
+            ..GetOptions::default()
+        };
+        let started = Instant::now();
+        let r = self.runtime.run(async move {
+            let got = store.get_opts(&path, opts).await?;
+            let first_byte = started.elapsed();
+            Ok::<_, object_store::Error>((got.bytes().await?, first_byte))
+        });
+        c.in_flight.fetch_sub(1, Ordering::Relaxed);
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        let (bytes, first_byte) = r.map_err(|e| {
+            c.failed.fetch_add(1, Ordering::Relaxed);
+            let e = io_error(&self.url, e);
+            io::Error::new(e.kind(), format!("{e} (bytes {offset}..{end})"))
+        })?;
+        c.first_byte_us
+            .fetch_add(first_byte.as_micros() as u64, Ordering::Relaxed);
+        c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        if bytes.len() as u64 != end - offset {
+            // A server that answers a range with other bytes than asked:
+            // never taken as data.
+            return Err(io::Error::other(format!(
+                "{}: asked for bytes {offset}..{end}, the server sent {} bytes",
+                self.url,
+                bytes.len()
+            )));
+        }
+        Ok(bytes)
+    }
+}
+
+impl ObjectSource {
+    /// `e`, a read's failure as the cache handed it on (an errno), with
+    /// what the object's request met.
+    pub(crate) fn explain(&self, e: io::Error) -> io::Error {
+        if e.get_ref().is_some() {
+            return e;
+        }
+        match e.raw_os_error() {
+            Some(libc::ESTALE) => io::Error::new(
+                io::ErrorKind::StaleNetworkFileHandle,
+                format!("{}: {CHANGED}", self.url),
+            ),
+            Some(_) => match self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+            {
+                Some(last) => io::Error::new(e.kind(), last),
+                None => e,
+            },
+            None => e,
+        }
+    }
+}
+
+impl ReadSource for ObjectSource {
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64, _flags: i32) -> io::Result<usize> {
+        let got = self.get(offset, buf.len() as u64)?;
+        buf[..got.len()].copy_from_slice(&got);
+        Ok(got.len())
+    }
+
+    fn read_parts(&self, parts: &mut [&mut [u8]], offset: u64, _flags: i32) -> io::Result<usize> {
+        let total: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let got = self.get(offset, total)?;
+        let mut at = 0;
+        for part in parts.iter_mut() {
+            let n = part.len().min(got.len() - at);
+            part[..n].copy_from_slice(&got[at..at + n]);
+            at += n;
+            if at == got.len() {
+                break;
+            }
+        }
+        Ok(got.len())
+    }
+
+    fn version(&self) -> io::Result<Version> {
+        self.look()
+    }
+}

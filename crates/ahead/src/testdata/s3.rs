@@ -1,0 +1,308 @@
+//! An S3-compatible server in the process, for tests and the default
+//! remote benchmark: `s3s-fs` (objects as files in a directory) behind
+//! `s3s`'s HTTP service on 127.0.0.1, with what a client's tests need that
+//! `s3s-fs` lacks:
+//!
+//! * GetObject honours `If-Match` (412 Precondition Failed when the
+//!   object's ETag is another), as S3 and Ceph's RADOS Gateway do;
+//! * faults on demand: a share of GETs answered 503 SlowDown, or every
+//!   one ([`Faults`]).
+//!
+//! The server runs on its own runtime; dropping the [`Server`] stops it.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use object_store::ObjectStoreExt;
+use s3s::dto::{
+    AbortMultipartUploadInput, AbortMultipartUploadOutput, CompleteMultipartUploadInput,
+    CompleteMultipartUploadOutput, CreateBucketInput, CreateBucketOutput,
+    CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteObjectInput, DeleteObjectOutput,
+    ETagCondition, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
+    HeadObjectInput, HeadObjectOutput, ListObjectsV2Input, ListObjectsV2Output, PutObjectInput,
+    PutObjectOutput, UploadPartInput, UploadPartOutput,
+};
+use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
+
+/// The access key and secret the server takes (any other is refused).
+pub const ACCESS_KEY: &str = "ahead-test";
+/// See [`ACCESS_KEY`].
+pub const SECRET_KEY: &str = "ahead-test-secret";
+
+/// Faults the server injects into GetObject: `fail_per_million` of them
+/// (chosen by a counter, so the share is exact over many) answered 503
+/// SlowDown.
+#[derive(Default)]
+pub struct Faults {
+    /// GETs failed per million (1,000,000: all).
+    pub fail_per_million: AtomicU64,
+    /// GETs answered so far (the counter the share is taken over).
+    gets: AtomicU64,
+    /// GETs failed so far.
+    pub failed: AtomicU64,
+}
+
+impl Faults {
+    /// Fails `share` (0.0 to 1.0) of the GETs from now on.
+    pub fn fail_share(&self, share: f64) {
+        let ppm = (share.clamp(0.0, 1.0) * 1e6).round() as u64;
+        self.fail_per_million.store(ppm, Ordering::Relaxed);
+    }
+
+    fn strike(&self) -> bool {
+        let ppm = self.fail_per_million.load(Ordering::Relaxed);
+        if ppm == 0 {
+            return false;
+        }
+        let n = self.gets.fetch_add(1, Ordering::Relaxed);
+        // Evenly spread: request n fails when the running share crosses a
+        // whole number.
+        let fails = (n + 1) * ppm / 1_000_000 > n * ppm / 1_000_000;
+        if fails {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        fails
+    }
+}
+
+struct Store {
+    fs: s3s_fs::FileSystem,
+    faults: Arc<Faults>,
+}
+
+fn head_of<T>(req: &S3Request<T>, bucket: &str, key: &str) -> S3Result<S3Request<HeadObjectInput>> {
+    let input = HeadObjectInput::builder()
+        .bucket(bucket.to_owned())
+        .key(key.to_owned())
+        .build()
+        .map_err(|e| s3_error!(e, InternalError))?;
+    Ok(S3Request {
+        input,
+        method: req.method.clone(),
+        uri: req.uri.clone(),
+        headers: req.headers.clone(),
+        extensions: Default::default(),
+        credentials: req.credentials.clone(),
+        region: req.region.clone(),
+        service: req.service.clone(),
+        trailing_headers: None,
+    })
+}
+
+#[async_trait::async_trait]
+impl S3 for Store {
+    async fn get_object(
+        &self,
+        req: S3Request<GetObjectInput>,
+    ) -> S3Result<S3Response<GetObjectOutput>> {
+        if self.faults.strike() {
+            return Err(s3_error!(SlowDown, "injected fault"));
+        }
+        if let Some(ETagCondition::ETag(want)) = &req.input.if_match {
+            let head = head_of(&req, &req.input.bucket, &req.input.key)?;
+            let now = self.fs.head_object(head).await?;
+            let matches = now
+                .output
+                .e_tag
+                .as_ref()
+                .is_some_and(|t| t.strong_cmp(want));
+            if !matches {
+                return Err(s3_error!(
+                    PreconditionFailed,
+                    "the object's ETag is another"
+                ));
+            }
+        }
+        self.fs.get_object(req).await
+    }
+
+    // The rest as s3s-fs answers it.
+    async fn head_object(
+        &self,
+        req: S3Request<HeadObjectInput>,
+    ) -> S3Result<S3Response<HeadObjectOutput>> {
+        self.fs.head_object(req).await
+    }
+
+    async fn head_bucket(
+        &self,
+        req: S3Request<HeadBucketInput>,
+    ) -> S3Result<S3Response<HeadBucketOutput>> {
+        self.fs.head_bucket(req).await
+    }
+
+    async fn create_bucket(
+        &self,
+        req: S3Request<CreateBucketInput>,
+    ) -> S3Result<S3Response<CreateBucketOutput>> {
+        self.fs.create_bucket(req).await
+    }
+
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        self.fs.put_object(req).await
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.fs.delete_object(req).await
+    }
+
+    async fn list_objects_v2(
+        &self,
+        req: S3Request<ListObjectsV2Input>,
+    ) -> S3Result<S3Response<ListObjectsV2Output>> {
+        self.fs.list_objects_v2(req).await
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.fs.create_multipart_upload(req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        self.fs.upload_part(req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        self.fs.complete_multipart_upload(req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        self.fs.abort_multipart_upload(req).await
+    }
+}
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    faults: Arc<Faults>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Server {
+    /// Starts a server keeping its objects under `root`, with the buckets
+    /// `buckets` (subdirectories of `root`, made here), listening on a
+    /// free port of 127.0.0.1.
+    pub fn start(root: &Path, buckets: &[&str]) -> std::io::Result<Server> {
+        for b in buckets {
+            std::fs::create_dir_all(root.join(b))?;
+        }
+        let fs =
+            s3s_fs::FileSystem::new(root).map_err(|e| std::io::Error::other(format!("{e:?}")))?;
+        let faults = Arc::new(Faults::default());
+        let store = Store {
+            fs,
+            faults: faults.clone(),
+        };
+        let service = {
+            let mut b = s3s::service::S3ServiceBuilder::new(store);
+            b.set_auth(s3s::auth::SimpleAuth::from_single(ACCESS_KEY, SECRET_KEY));
+            b.build()
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ahead-s3-server")
+            .enable_all()
+            .build()?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;
+        let addr = listener.local_addr()?;
+        runtime.spawn(async move {
+            let http =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let conn = http
+                    .serve_connection(hyper_util::rt::TokioIo::new(socket), service.clone())
+                    .into_owned();
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+        });
+        Ok(Server {
+            addr,
+            faults,
+            runtime: Some(runtime),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The faults it injects.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// The `AWS_*` variables that point object_store (and any S3 client)
+    /// at this server, for a child process: endpoint, credentials,
+    /// region, plain HTTP.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.endpoint()),
+            ("AWS_ACCESS_KEY_ID", ACCESS_KEY.into()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.into()),
+            ("AWS_REGION", "us-east-1".into()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    }
+
+    /// An object_store client of `bucket` on this server.
+    pub fn store(&self, bucket: &str) -> std::io::Result<Arc<dyn object_store::ObjectStore>> {
+        let s3 = object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(self.endpoint())
+            .with_bucket_name(bucket)
+            .with_access_key_id(ACCESS_KEY)
+            .with_secret_access_key(SECRET_KEY)
+            .with_region("us-east-1")
+            .with_allow_http(true)
+            .build()
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(Arc::new(s3))
+    }
+
+    /// Writes `bytes` as `key` in `bucket` (PutObject), on the server's
+    /// runtime; the object's ETag.
+    pub fn put(&self, bucket: &str, key: &str, bytes: Vec<u8>) -> std::io::Result<String> {
+        let store = self.store(bucket)?;
+        let path = object_store::path::Path::from(key);
+        let rt = self
+            .runtime
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("stopped"))?;
+        let r = rt
+            .block_on(async move { store.put(&path, bytes.into()).await })
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(r.e_tag.unwrap_or_default())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
