@@ -14,7 +14,8 @@ use crate::read::EngineArgs;
 /// Arguments of `ahead cat`.
 #[derive(Args, Debug)]
 pub struct CatArgs {
-    /// Files to print, in order (`-`: standard input).
+    /// Files to print, in order (`-`: standard input; `s3://bucket/key`
+    /// and `http(s)://…`: objects in a store, with the AWS_* environment).
     #[arg(required = true)]
     files: Vec<PathBuf>,
     /// How regular files are read: direct (ahead's cache), buffered (the
@@ -67,6 +68,10 @@ fn copy(
     if path.as_os_str() == "-" {
         return stream(&mut io::stdin().lock(), out);
     }
+    if let Some(url) = path.to_str().filter(|s| ahead::remote::is_url(s)) {
+        let file = engine.open_url(url)?;
+        return copy_out(&file, out);
+    }
     let ft = std::fs::metadata(path)
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?
         .file_type();
@@ -90,6 +95,11 @@ fn copy(
             path.display()
         );
     }
+    copy_out(&file, out)
+}
+
+/// Writes a file (or object) through its reader.
+fn copy_out(file: &ahead::File, out: &mut impl Write) -> io::Result<()> {
     let mut reader = file.reader();
     loop {
         let chunk = reader.fill_buf()?;

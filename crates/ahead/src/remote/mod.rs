@@ -144,6 +144,14 @@ impl std::fmt::Debug for ObjectSource {
     }
 }
 
+/// Whether `s` names an object by a URL ahead reads (`s3://`, `s3a://`,
+/// `http://`, `https://`) rather than a local path.
+pub fn is_url(s: &str) -> bool {
+    ["s3://", "s3a://", "http://", "https://"]
+        .iter()
+        .any(|p| s.len() > p.len() && s[..p.len()].eq_ignore_ascii_case(p))
+}
+
 /// The store and the object's path a URL names: `s3://bucket/key` (and
 /// `s3a://`) with the `AWS_*` environment (credentials, region,
 /// `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), or `http(s)://host/path`.
@@ -164,14 +172,27 @@ pub fn store_for_url(url: &str) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)
     let key = parsed.path().trim_start_matches('/');
     let path = ObjectPath::from_url_path(key).map_err(|e| invalid(format!("{url}: {e}")))?;
     let store: Arc<dyn ObjectStore> = match parsed.scheme() {
-        "s3" | "s3a" => Arc::new(
-            object_store::aws::AmazonS3Builder::from_env()
+        "s3" | "s3a" => {
+            // The standard environment over ahead's timeouts (as
+            // AmazonS3Builder::from_env reads it; from_env then
+            // with_client_options would drop AWS_ALLOW_HTTP and the like).
+            let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client);
+            for (k, v) in std::env::vars() {
+                if let Some(key) = k
+                    .starts_with("AWS_")
+                    .then(|| k.to_ascii_lowercase().parse().ok())
+                    .flatten()
+                {
+                    b = b.with_config(key, v);
+                }
+            }
+            let s3 = b
                 .with_url(url)
                 .with_retry(retry)
-                .with_client_options(client)
                 .build()
-                .map_err(|e| invalid(format!("{url}: {e}")))?,
-        ),
+                .map_err(|e| invalid(format!("{url}: {e}")))?;
+            Arc::new(s3)
+        }
         "http" | "https" => {
             let origin = parsed.origin().ascii_serialization();
             Arc::new(
