@@ -64,12 +64,17 @@ enum BenchWhat {
     /// reads kept in flight by ahead's Buffered mode, a thread pool,
     /// io_uring and blocking preads.
     Mix(ahead_bench::mix_suite::MixArgs),
+    /// Objects in an S3-compatible store behind a network of known latency
+    /// and bandwidth: ahead, object_store's BufReader and one GET per read,
+    /// beside what the network allows.
+    Remote(ahead_bench::remote_suite::RemoteArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
         Some(BenchWhat::Copy(c)) => return Ok(ahead_bench::copy_suite::run(c)?),
         Some(BenchWhat::Mix(m)) => return Ok(ahead_bench::mix_suite::run(m)?),
+        Some(BenchWhat::Remote(r)) => return Ok(ahead_bench::remote_suite::main(r).map(|_| ())?),
         None => {}
     }
     let config = args.engine.config()?;

@@ -1,0 +1,730 @@
+//! `ahead bench remote`: reading objects in an S3-compatible store through
+//! a network of known latency and bandwidth ([`crate::shaper`]), ahead
+//! beside what a Rust user has today, in one run:
+//!
+//! * `ahead` — [`ahead::Engine::open_object`]: the cache and the `ahead`
+//!   policy, ranged GETs on the engine's runtime;
+//! * `object_store-bufreader` — object_store's `BufReader` (a 1 MiB
+//!   buffer, cleared on a seek; what obstore's `open_reader` wraps);
+//! * `naive` — one GET per read;
+//! * `oracle` — what the profile allows ([`oracle`]).
+//!
+//! Every engine reads the same offsets of the same objects, for at most
+//! `seconds` per pattern; bytes fetched are counted by the shaper (every
+//! byte the server sent, whoever asked), so the engines are measured by
+//! one meter. Every byte read is checked against the generated contents.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde_json::{json, Value};
+
+use crate::report::Table;
+use crate::shaper::{NetProfile, Shaper};
+use crate::{Error, Result};
+
+/// The benchmark's patterns, by their JSON names.
+pub const PATTERNS: [&str; 8] = [
+    "seq",
+    "seq-64k",
+    "reverse",
+    "stride",
+    "random-4k",
+    "random-64k",
+    "interleaved-8",
+    "many-objects",
+];
+
+/// The engines, in the order they run.
+pub const ENGINES: [&str; 3] = ["ahead", "object_store-bufreader", "naive"];
+
+/// What one run measures.
+#[derive(Clone, Debug)]
+pub struct RemoteConfig {
+    /// The network between client and server.
+    pub profile: NetProfile,
+    /// The large object's size.
+    pub object_size: u64,
+    /// Objects of the many-objects pattern, their size, and its readers.
+    pub many: (usize, u64, usize),
+    /// Longest time per engine and pattern.
+    pub seconds: f64,
+    /// Repetitions (medians reported).
+    pub reps: usize,
+    /// Patterns to run (names from [`PATTERNS`]).
+    pub patterns: Vec<String>,
+    /// The engine's cache budget.
+    pub cache_bytes: u64,
+    /// The engine's largest readahead window.
+    pub max_readahead: u64,
+    /// The engine's largest single request.
+    pub max_io: u64,
+}
+
+impl RemoteConfig {
+    /// The full run: a 1 GiB object, 256 objects of 16 MiB read by 16
+    /// readers, 10 s per run, 3 repetitions.
+    pub fn full(profile: NetProfile) -> RemoteConfig {
+        RemoteConfig {
+            profile,
+            object_size: 1 << 30,
+            many: (256, 16 << 20, 16),
+            seconds: 10.0,
+            reps: 3,
+            patterns: PATTERNS.iter().map(|s| s.to_string()).collect(),
+            cache_bytes: 256 << 20,
+            // Near the network's bandwidth-delay product with room for the
+            // ramp-up: 1 GiB read forward went from 0.47 to 0.95 of the
+            // oracle with 16 MiB windows of 256 KiB GETs against these
+            // (ahead bench remote --patterns seq, profile s3).
+            max_readahead: 64 << 20,
+            max_io: 4 << 20,
+        }
+    }
+
+    /// The short form `ahead bench --quick` runs.
+    pub fn quick(profile: NetProfile) -> RemoteConfig {
+        RemoteConfig {
+            object_size: 256 << 20,
+            many: (32, 4 << 20, 8),
+            seconds: 2.0,
+            reps: 1,
+            ..RemoteConfig::full(profile)
+        }
+    }
+}
+
+/// One engine on one pattern.
+#[derive(Clone, Debug)]
+pub struct RemoteRow {
+    /// Engine name.
+    pub engine: String,
+    /// Pattern name.
+    pub pattern: String,
+    /// Bytes the reader got, per second (MB = 10^6 bytes).
+    pub mb_s: f64,
+    /// `mb_s` over the oracle's.
+    pub oracle_ratio: f64,
+    /// Bytes the server sent over bytes the reader asked for.
+    pub fetched_ratio: f64,
+    /// Per read, µs.
+    pub p50_us: f64,
+    /// Per read, µs.
+    pub p99_us: f64,
+    /// Peak resident memory of the process during the run.
+    pub peak_rss_mib: f64,
+    /// CPU seconds of the process during the run.
+    pub cpu_s: f64,
+}
+
+impl RemoteRow {
+    /// The row as the JSON report has it.
+    pub fn json(&self) -> Value {
+        json!({
+            "engine": self.engine, "pattern": self.pattern, "mb_s": self.mb_s,
+            "oracle_ratio": self.oracle_ratio, "fetched_ratio": self.fetched_ratio,
+            "p50_us": self.p50_us, "p99_us": self.p99_us,
+            "peak_rss_mib": self.peak_rss_mib, "cpu_s": self.cpu_s,
+        })
+    }
+}
+
+/// A pattern's reads: (object index, offset, length) for each reader, in
+/// order; `depth` reads of one reader may be in flight at once.
+struct Plan {
+    readers: Vec<Vec<(usize, u64, u64)>>,
+    depth: usize,
+}
+
+fn plan(pattern: &str, cfg: &RemoteConfig) -> Result<Plan> {
+    let size = cfg.object_size;
+    let one = |v: Vec<(usize, u64, u64)>| Plan {
+        readers: vec![v],
+        depth: 1,
+    };
+    let seq = |bs: u64| (0..size / bs).map(|i| (0, i * bs, bs)).collect::<Vec<_>>();
+    let mut rng = fastrand::Rng::with_seed(23);
+    Ok(match pattern {
+        "seq" => one(seq(1 << 20)),
+        "seq-64k" => one(seq(64 << 10)),
+        "reverse" => one(seq(64 << 10).into_iter().rev().collect()),
+        "stride" => one((0..size / (256 << 10))
+            .map(|i| (0, i * (256 << 10), 64 << 10))
+            .collect()),
+        "random-4k" => one((0..4096)
+            .map(|_| (0, rng.u64(0..size / 4096) * 4096, 4096))
+            .collect()),
+        "random-64k" => {
+            let reads = (0..8192)
+                .map(|_| (0, rng.u64(0..size / (64 << 10)) * (64 << 10), 64 << 10))
+                .collect();
+            Plan {
+                readers: vec![reads],
+                depth: 64,
+            }
+        }
+        "interleaved-8" => {
+            // One reader taking 64 KiB from each of 8 forward streams in
+            // turn, the streams an eighth of the object apart.
+            let part = size / 8;
+            let per = part / (64 << 10);
+            one((0..per)
+                .flat_map(|i| (0..8).map(move |s| (0, s * part + i * (64 << 10), 64 << 10)))
+                .collect())
+        }
+        "many-objects" => {
+            let (n, osize, readers) = cfg.many;
+            let mut rs = vec![Vec::new(); readers];
+            for o in 0..n {
+                for i in 0..osize / (1 << 20) {
+                    rs[o % readers].push((1 + o, i * (1 << 20), 1 << 20));
+                }
+            }
+            Plan {
+                readers: rs,
+                depth: 1,
+            }
+        }
+        other => return Err(Error::msg(format!("unknown remote pattern '{other}'"))),
+    })
+}
+
+/// What the profile allows a pattern: the total bandwidth, the request
+/// rate, and for a reader that must wait for each read (random reads at
+/// depth 1), one first byte and one connection's transfer per read.
+pub fn oracle(pattern: &str, cfg: &RemoteConfig) -> f64 {
+    let p = cfg.profile;
+    let total = p.total as f64;
+    let per_read = |bs: f64, depth: f64| {
+        let t = p.first_byte.as_secs_f64() + bs / p.per_conn as f64;
+        (depth * bs / t).min(total).min(p.max_rps as f64 * bs)
+    };
+    let mb = 1e6;
+    match pattern {
+        "random-4k" => per_read(4096.0, 1.0) / mb,
+        "random-64k" => per_read(65536.0, 64.0) / mb,
+        _ => total / mb,
+    }
+}
+
+/// The objects a run reads: a store behind the shaper and their paths.
+struct Objects {
+    /// A client of its own for each engine's run: a pooled connection
+    /// belongs to the runtime that opened it, and an engine's runtime
+    /// goes with the engine.
+    endpoint: String,
+    store: Arc<dyn ObjectStore>,
+    paths: Vec<ObjectPath>,
+    bytes_down: Arc<AtomicU64>,
+}
+
+/// The bytes of object `i` at `offset`: the large object is generated
+/// bytes; object `i > 0` is shifted by `i`.
+fn expect_ok(buf: &[u8], object: usize, offset: u64) -> Result<()> {
+    match ahead::testdata::first_mismatch(buf, offset + object as u64) {
+        None => Ok(()),
+        Some(at) => Err(Error::msg(format!(
+            "object {object}: wrong byte at {at} (a read at {offset})"
+        ))),
+    }
+}
+
+fn rss_peak_reset() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn rss_peak_mib() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Runs one engine over a plan; (bytes read, seconds, latencies µs).
+fn run_engine(
+    engine: &str,
+    objs: &Objects,
+    plan: &Plan,
+    cfg: &RemoteConfig,
+    rt: &tokio::runtime::Runtime,
+) -> Result<(u64, f64, Vec<f64>)> {
+    let deadline = Duration::from_secs_f64(cfg.seconds);
+    let fresh = Objects {
+        endpoint: objs.endpoint.clone(),
+        store: ahead::testdata::s3::client(&objs.endpoint, "bench")?,
+        paths: objs.paths.clone(),
+        bytes_down: objs.bytes_down.clone(),
+    };
+    let objs = &fresh;
+    let used: std::collections::BTreeSet<usize> =
+        plan.readers.iter().flatten().map(|r| r.0).collect();
+    let lat = std::sync::Mutex::new(Vec::new());
+    let bytes = AtomicU64::new(0);
+    let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+    let ahead_engine = if engine == "ahead" {
+        let config = ahead::EngineConfig::default()
+            .with_cache_bytes(cfg.cache_bytes)
+            .with_max_readahead(cfg.max_readahead)
+            .with_max_io(cfg.max_io);
+        Some(ahead::Engine::new(config)?)
+    } else {
+        None
+    };
+    let files: Vec<Option<ahead::File>> = match &ahead_engine {
+        Some(e) => objs
+            .paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match used.contains(&i) {
+                true => e
+                    .open_object(objs.store.clone(), p.clone(), p.as_ref())
+                    .map(Some),
+                false => Ok(None),
+            })
+            .collect::<ahead::Result<_>>()?,
+        None => Vec::new(),
+    };
+    // The objects' sizes for the BufReaders (a HEAD each), before the
+    // clock starts, as ahead's opens are.
+    let metas = if engine == "object_store-bufreader" {
+        rt.block_on(async {
+            let mut m = std::collections::HashMap::new();
+            for &i in &used {
+                let meta = objs.store.head(&objs.paths[i]).await;
+                m.insert(i, meta.map_err(|e| Error::msg(e.to_string()))?);
+            }
+            Ok::<_, Error>(m)
+        })?
+    } else {
+        Default::default()
+    };
+    let metas = Arc::new(metas);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for reads in &plan.readers {
+            let (files, lat, bytes, failed, metas) = (&files, &lat, &bytes, &failed, &metas);
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                let r = match engine {
+                    "ahead" => read_ahead(files, reads, plan.depth, started, deadline, &mut mine),
+                    "naive" => {
+                        read_naive(objs, reads, plan.depth, started, deadline, rt, &mut mine)
+                    }
+                    _ => read_bufreader(
+                        objs, metas, reads, plan.depth, started, deadline, rt, &mut mine,
+                    ),
+                };
+                match r {
+                    Ok(n) => {
+                        bytes.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                    }
+                }
+                lat.lock().unwrap_or_else(|p| p.into_inner()).extend(mine);
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e.context(engine));
+    }
+    let secs = started.elapsed().as_secs_f64();
+    Ok((
+        bytes.into_inner(),
+        secs,
+        lat.into_inner().unwrap_or_else(|p| p.into_inner()),
+    ))
+}
+
+fn read_ahead(
+    files: &[Option<ahead::File>],
+    reads: &[(usize, u64, u64)],
+    depth: usize,
+    started: Instant,
+    deadline: Duration,
+    lat: &mut Vec<f64>,
+) -> Result<u64> {
+    let mut done = 0;
+    for batch in reads.chunks(depth) {
+        if started.elapsed() > deadline {
+            break;
+        }
+        let t = Instant::now();
+        let mut bufs: Vec<Vec<u8>> = batch.iter().map(|r| vec![0u8; r.2 as usize]).collect();
+        let file = files[batch[0].0]
+            .as_ref()
+            .ok_or_else(|| Error::msg("no file"))?;
+        if batch.len() == 1 {
+            file.read_at(&mut bufs[0], batch[0].1)?;
+        } else {
+            let mut reqs: Vec<(u64, &mut [u8])> = batch
+                .iter()
+                .zip(bufs.iter_mut())
+                .map(|(r, b)| (r.1, b.as_mut_slice()))
+                .collect();
+            for r in file.read_many(&mut reqs) {
+                r?;
+            }
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        for (r, b) in batch.iter().zip(&bufs) {
+            expect_ok(b, r.0, r.1)?;
+            done += r.2;
+            lat.push(us);
+        }
+    }
+    Ok(done)
+}
+
+fn read_naive(
+    objs: &Objects,
+    reads: &[(usize, u64, u64)],
+    depth: usize,
+    started: Instant,
+    deadline: Duration,
+    rt: &tokio::runtime::Runtime,
+    lat: &mut Vec<f64>,
+) -> Result<u64> {
+    let mut done = 0;
+    for batch in reads.chunks(depth) {
+        if started.elapsed() > deadline {
+            break;
+        }
+        let t = Instant::now();
+        let got = rt.block_on(async {
+            let futs = batch.iter().map(|&(o, off, len)| {
+                let store = objs.store.clone();
+                let path = objs.paths[o].clone();
+                async move { store.get_range(&path, off..off + len).await }
+            });
+            let mut out = Vec::new();
+            for f in futs.map(tokio::spawn).collect::<Vec<_>>() {
+                out.push(f.await);
+            }
+            out
+        });
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        for (r, g) in batch.iter().zip(got) {
+            let b = g
+                .map_err(|e| Error::msg(e.to_string()))?
+                .map_err(|e| Error::msg(e.to_string()))?;
+            expect_ok(&b, r.0, r.1)?;
+            done += r.2;
+            lat.push(us);
+        }
+    }
+    Ok(done)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn read_bufreader(
+    objs: &Objects,
+    metas: &Arc<std::collections::HashMap<usize, object_store::ObjectMeta>>,
+    reads: &[(usize, u64, u64)],
+    depth: usize,
+    started: Instant,
+    deadline: Duration,
+    rt: &tokio::runtime::Runtime,
+    lat: &mut Vec<f64>,
+) -> Result<u64> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    // Depth: as many readers, each with its own BufReader (one BufReader
+    // has one request at a time); reads dealt out in turn.
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for lane in 0..depth {
+            let mine: Vec<(usize, u64, u64)> =
+                reads.iter().skip(lane).step_by(depth).copied().collect();
+            let (store, metas) = (objs.store.clone(), metas.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut readers: std::collections::HashMap<
+                    usize,
+                    object_store::buffered::BufReader,
+                > = Default::default();
+                let (mut done, mut lat) = (0u64, Vec::new());
+                for (o, off, len) in mine {
+                    if started.elapsed() > deadline {
+                        break;
+                    }
+                    let t = Instant::now();
+                    let r = readers.entry(o).or_insert_with(|| {
+                        object_store::buffered::BufReader::new(store.clone(), &metas[&o])
+                    });
+                    let mut buf = vec![0u8; len as usize];
+                    r.seek(std::io::SeekFrom::Start(off)).await?;
+                    r.read_exact(&mut buf).await?;
+                    lat.push(t.elapsed().as_secs_f64() * 1e6);
+                    expect_ok(&buf, o, off).map_err(|e| std::io::Error::other(e.to_string()))?;
+                    done += len;
+                }
+                Ok::<_, std::io::Error>((done, lat))
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            let (d, l) = t
+                .await
+                .map_err(|e| Error::msg(e.to_string()))?
+                .map_err(Error::from)?;
+            total += d;
+            lat.extend(l);
+        }
+        Ok(total)
+    })
+}
+
+fn percentile(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    percentile(&mut v, 0.5)
+}
+
+/// Runs the benchmark against the embedded server behind the shaper
+/// (objects made under `dir`), printing progress on stderr; the rows.
+pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> {
+    let server = ahead::testdata::s3::Server::start(dir, &["bench"])?;
+    eprintln!(
+        "embedded S3 server at {}; generating objects ({} and {} × {}) ...",
+        server.endpoint(),
+        ahead::units::format_size(cfg.object_size),
+        cfg.many.0,
+        ahead::units::format_size(cfg.many.1)
+    );
+    let mut paths = vec![ObjectPath::from("big")];
+    let gen = |size: u64, shift: u64| {
+        let mut v = vec![0u8; size as usize];
+        ahead::testdata::fill(&mut v, shift);
+        v
+    };
+    server.put("bench", "big", gen(cfg.object_size, 0))?;
+    if cfg.patterns.iter().any(|p| p == "many-objects") {
+        for i in 0..cfg.many.0 {
+            let key = format!("many/{i:04}");
+            server.put("bench", &key, gen(cfg.many.1, 1 + i as u64))?;
+            paths.push(ObjectPath::from(key));
+        }
+    }
+    let shaper = Shaper::start(server.addr(), cfg.profile)?;
+    let store = ahead::testdata::s3::client(&shaper.endpoint(), "bench")?;
+    let objs = Objects {
+        endpoint: shaper.endpoint(),
+        store,
+        paths,
+        bytes_down: shaper.bytes_down(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+    for pattern in &cfg.patterns {
+        let plan = plan(pattern, cfg)?;
+        let oracle = oracle(pattern, cfg);
+        for engine in ENGINES {
+            let mut reps = Vec::new();
+            for rep in 0..cfg.reps {
+                rss_peak_reset();
+                let cpu0 = crate::workload::process_cpu_s().unwrap_or(0.0);
+                let down0 = objs.bytes_down.load(Ordering::Relaxed);
+                let (bytes, secs, mut lat) = run_engine(engine, &objs, &plan, cfg, &rt)?;
+                let down = objs.bytes_down.load(Ordering::Relaxed) - down0;
+                let mb_s = bytes as f64 / secs / 1e6;
+                eprintln!(
+                    "  rep {}/{} {pattern:<14} {engine:<24} {mb_s:8.1} MB/s",
+                    rep + 1,
+                    cfg.reps
+                );
+                reps.push(RemoteRow {
+                    engine: engine.into(),
+                    pattern: pattern.clone(),
+                    mb_s,
+                    oracle_ratio: mb_s / oracle,
+                    fetched_ratio: down as f64 / bytes.max(1) as f64,
+                    p50_us: percentile(&mut lat, 0.5),
+                    p99_us: percentile(&mut lat, 0.99),
+                    peak_rss_mib: rss_peak_mib(),
+                    cpu_s: crate::workload::process_cpu_s().unwrap_or(0.0) - cpu0,
+                });
+            }
+            let m = |f: fn(&RemoteRow) -> f64| median(reps.iter().map(f).collect());
+            rows.push(RemoteRow {
+                engine: engine.into(),
+                pattern: pattern.clone(),
+                mb_s: m(|r| r.mb_s),
+                oracle_ratio: m(|r| r.oracle_ratio),
+                fetched_ratio: m(|r| r.fetched_ratio),
+                p50_us: m(|r| r.p50_us),
+                p99_us: m(|r| r.p99_us),
+                peak_rss_mib: m(|r| r.peak_rss_mib),
+                cpu_s: m(|r| r.cpu_s),
+            });
+        }
+        rows.push(RemoteRow {
+            engine: "oracle".into(),
+            pattern: pattern.clone(),
+            mb_s: oracle,
+            oracle_ratio: 1.0,
+            fetched_ratio: 1.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            peak_rss_mib: 0.0,
+            cpu_s: 0.0,
+        });
+    }
+    Ok(rows)
+}
+
+/// The rows as a table.
+pub fn table(rows: &[RemoteRow], cfg: &RemoteConfig) -> String {
+    let mut t = Table::new(&[
+        "pattern",
+        "engine",
+        "MB/s",
+        "÷ oracle",
+        "fetched÷asked",
+        "p50 µs",
+        "p99 µs",
+        "peak RSS MiB",
+        "CPU s",
+    ]);
+    for r in rows {
+        let oracle = r.engine == "oracle";
+        let blank = |s: String| if oracle { String::new() } else { s };
+        t.row(vec![
+            r.pattern.clone(),
+            r.engine.clone(),
+            format!("{:.1}", r.mb_s),
+            blank(format!("{:.2}", r.oracle_ratio)),
+            blank(format!("{:.2}", r.fetched_ratio)),
+            blank(format!("{:.0}", r.p50_us)),
+            blank(format!("{:.0}", r.p99_us)),
+            blank(format!("{:.0}", r.peak_rss_mib)),
+            blank(format!("{:.2}", r.cpu_s)),
+        ]);
+    }
+    let p = cfg.profile;
+    format!(
+        "{}network: {} ({} ms first byte, {:.0} MB/s per connection, {:.0} MB/s in all, {} GET/s); \
+         object {}; {} s at most per run, {} repetition(s), medians; ahead: cache {}, window {}, GETs up to {}\n",
+        t.render(),
+        p.name,
+        p.first_byte.as_millis(),
+        p.per_conn as f64 / 1e6,
+        p.total as f64 / 1e6,
+        p.max_rps,
+        ahead::units::format_size(cfg.object_size),
+        cfg.seconds,
+        cfg.reps,
+        ahead::units::format_size(cfg.cache_bytes),
+        ahead::units::format_size(cfg.max_readahead),
+        ahead::units::format_size(cfg.max_io),
+    )
+}
+
+/// Arguments of `ahead bench remote`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RemoteArgs {
+    /// The network: s3 (30 ms first byte, 90 MB/s per connection, 250
+    /// MB/s in all), lan (1 ms, 1 GB/s), or LATENCY_MS,PER_CONN_MBPS,TOTAL_MBPS.
+    #[arg(long, default_value = "s3")]
+    pub profile: String,
+    /// A 256 MiB object, 32 objects of 4 MiB, 2 s per run, one repetition.
+    #[arg(long)]
+    pub quick: bool,
+    /// Repetitions (medians are reported); default 3, 1 with --quick.
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Longest time per engine and pattern, in seconds.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Patterns, comma-separated (default: all).
+    #[arg(long)]
+    pub patterns: Option<String>,
+    /// Where the embedded server keeps its objects (default: the system's
+    /// temporary directory).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Write the rows as a JSON array to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// ahead's largest readahead window.
+    #[arg(long)]
+    pub window: Option<String>,
+    /// ahead's largest single request (GET).
+    #[arg(long)]
+    pub max_io: Option<String>,
+}
+
+impl RemoteArgs {
+    /// The run these arguments ask for.
+    pub fn config(&self) -> Result<RemoteConfig> {
+        let profile = NetProfile::parse(&self.profile)?;
+        let mut cfg = if self.quick {
+            RemoteConfig::quick(profile)
+        } else {
+            RemoteConfig::full(profile)
+        };
+        if let Some(r) = self.reps {
+            cfg.reps = r.max(1);
+        }
+        if let Some(s) = self.seconds {
+            if !(s > 0.0 && s.is_finite()) {
+                return Err(Error::msg("--seconds must be positive"));
+            }
+            cfg.seconds = s;
+        }
+        let size =
+            |s: &str| ahead::units::parse_size(s).map_err(|e| Error::msg(format!("{s}: {e}")));
+        if let Some(w) = &self.window {
+            cfg.max_readahead = size(w)?;
+        }
+        if let Some(m) = &self.max_io {
+            cfg.max_io = size(m)?;
+        }
+        if let Some(p) = &self.patterns {
+            cfg.patterns = p.split(',').map(|s| s.trim().to_string()).collect();
+            for p in &cfg.patterns {
+                if !PATTERNS.contains(&p.as_str()) {
+                    return Err(Error::msg(format!(
+                        "unknown pattern '{p}' (one of {})",
+                        PATTERNS.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+/// Runs `ahead bench remote`: the table on stdout, JSON where asked.
+pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
+    let cfg = args.config()?;
+    let parent = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir(),
+    };
+    let work = crate::workdir::private_dir(&parent, "ahead-bench-remote-")?;
+    let rows = run(&cfg, work.path())?;
+    print!("{}", table(&rows, &cfg));
+    if let Some(j) = &args.json {
+        let v: Vec<Value> = rows.iter().map(RemoteRow::json).collect();
+        std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
+            .map_err(|e| Error::from(e).context(format!("write {}", j.display())))?;
+    }
+    Ok(rows)
+}
