@@ -192,14 +192,17 @@ fn plan(pattern: &str, cfg: &RemoteConfig) -> Result<Plan> {
     })
 }
 
-/// What the profile allows a pattern: the total bandwidth, the request
-/// rate, and for a reader that must wait for each read (random reads at
-/// depth 1), one first byte and one connection's transfer per read.
+/// What the profile allows a pattern: the total bandwidth and the request
+/// rate; and for a reader with `depth` reads in flight that must wait for
+/// each (random reads), Little's law: each read costs one first byte and
+/// its transfer at its share of the bandwidth (one connection's, or the
+/// total split `depth` ways).
 pub fn oracle(pattern: &str, cfg: &RemoteConfig) -> f64 {
     let p = cfg.profile;
     let total = p.total as f64;
     let per_read = |bs: f64, depth: f64| {
-        let t = p.first_byte.as_secs_f64() + bs / p.per_conn as f64;
+        let share = (p.per_conn as f64).min(total / depth);
+        let t = p.first_byte.as_secs_f64() + bs / share;
         (depth * bs / t).min(total).min(p.max_rps as f64 * bs)
     };
     let mb = 1e6;
@@ -727,4 +730,56 @@ pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
             .map_err(|e| Error::from(e).context(format!("write {}", j.display())))?;
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oracle_follows_from_the_profile() {
+        let cfg = RemoteConfig::quick(NetProfile::S3);
+        // One 4 KiB read at a time: 30 ms and 45 µs of transfer each.
+        let r4 = oracle("random-4k", &cfg);
+        assert!(
+            (r4 - 4096.0 / (0.03 + 4096.0 / 9e7) / 1e6).abs() < 1e-9,
+            "{r4}"
+        );
+        // 64 reads of 64 KiB in flight share 250 MB/s: 30 ms + 16.8 ms.
+        let r64 = oracle("random-64k", &cfg);
+        assert!((r64 - 89.67).abs() < 0.01, "{r64}");
+        assert_eq!(oracle("seq", &cfg), 250.0);
+    }
+
+    #[test]
+    fn profiles_parse_and_bad_ones_are_refused() {
+        assert_eq!(NetProfile::parse("s3").unwrap(), NetProfile::S3);
+        let p = NetProfile::parse("5,100,400").unwrap();
+        assert_eq!(p.first_byte, Duration::from_millis(5));
+        assert_eq!((p.per_conn, p.total), (100_000_000, 400_000_000));
+        for bad in ["", "5,100", "x,1,1", "5,0,1", "-1,1,1", "5,1,1,1"] {
+            assert!(NetProfile::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_shaper_passes_every_byte_through() {
+        let dir = tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap();
+        let server = ahead::testdata::s3::Server::start(dir.path(), &["bkt"]).unwrap();
+        let mut v = vec![0u8; 3 << 20];
+        ahead::testdata::fill(&mut v, 7);
+        server.put("bkt", "k", v).unwrap();
+        let shaper = Shaper::start(server.addr(), NetProfile::LAN).unwrap();
+        let store = ahead::testdata::s3::client(&shaper.endpoint(), "bkt").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let got = rt
+            .block_on(store.get_range(&ObjectPath::from("k"), 1000..(2 << 20)))
+            .unwrap();
+        assert_eq!(got.len(), (2 << 20) - 1000);
+        assert_eq!(ahead::testdata::first_mismatch(&got, 1007), None);
+        assert!(shaper.bytes_down().load(Ordering::Relaxed) >= got.len() as u64);
+    }
 }

@@ -79,7 +79,7 @@ impl Shared {
         if let Some(rt) = self.runtime.get() {
             return Ok(rt.clone());
         }
-        let rt = Arc::new(Runtime::new()?);
+        let rt = Arc::new(Runtime::new(self.config.depth)?);
         Ok(self.runtime.get_or_init(|| rt).clone())
     }
 }

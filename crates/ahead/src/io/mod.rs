@@ -83,6 +83,25 @@ impl IoBuf {
         }
     }
 
+    /// Copies `data` into the buffer's first `data.len()` bytes (clipped
+    /// to its capacity); the bytes copied. For a source that gets its
+    /// bytes in memory (an object's response body) rather than reading
+    /// into the buffer.
+    pub fn fill_from(&mut self, data: &[u8]) -> usize {
+        let iov = self.iovecs(0, data.len());
+        let mut at = 0;
+        for v in &iov {
+            let n = v.iov_len.min(data.len() - at);
+            // SAFETY: the iovec points into this buffer, which `&mut self`
+            // holds alone; `n` bytes fit in it and in `data` past `at`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data[at..].as_ptr(), v.iov_base.cast::<u8>(), n)
+            };
+            at += n;
+        }
+        at
+    }
+
     /// The iovecs covering bytes `[skip, skip + len)` of the buffer.
     fn iovecs(&mut self, skip: usize, len: usize) -> Vec<libc::iovec> {
         let end = (skip + len).min(self.capacity());
@@ -160,6 +179,14 @@ pub trait ReadSource: Send + Sync {
             }
         }
         Ok(done)
+    }
+    /// For a source whose reads are requests to a server: starts `op`
+    /// without holding a thread while it waits, and calls `done` when it
+    /// completes, as [`Backend::submit`] would. The default has no such
+    /// path and gives `op` and `done` back, for a backend to read them
+    /// itself.
+    fn start(&self, op: ReadOp, done: Completion) -> Result<(), (ReadOp, Completion)> {
+        Err((op, done))
     }
     /// What the source is now: its size, and a tag that changes whenever
     /// its contents may have (a file: its modification and change times;

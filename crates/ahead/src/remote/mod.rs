@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
-use crate::io::{ReadSource, Version};
+use crate::io::{Completion, ReadOp, ReadSource, Version};
 
 /// How many times a failed request is tried again.
 pub const MAX_RETRIES: usize = 5;
@@ -48,20 +48,27 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// requests wait on the network, not on the CPU), shut down without
 /// waiting when the engine goes, so that an engine dropped inside a
 /// caller's own runtime does not panic.
-pub(crate) struct Runtime(Option<tokio::runtime::Runtime>);
+pub(crate) struct Runtime {
+    rt: Option<tokio::runtime::Runtime>,
+    /// Requests in flight, engine-wide, at most the engine's depth.
+    permits: Arc<tokio::sync::Semaphore>,
+}
 
 impl Runtime {
-    pub(crate) fn new() -> io::Result<Runtime> {
+    pub(crate) fn new(depth: usize) -> io::Result<Runtime> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("ahead-remote")
             .enable_all()
             .build()?;
-        Ok(Runtime(Some(rt)))
+        Ok(Runtime {
+            rt: Some(rt),
+            permits: Arc::new(tokio::sync::Semaphore::new(depth.max(1))),
+        })
     }
 
     pub(crate) fn handle(&self) -> tokio::runtime::Handle {
-        match &self.0 {
+        match &self.rt {
             Some(rt) => rt.handle().clone(),
             None => unreachable!("the runtime is only taken when dropped"),
         }
@@ -89,7 +96,7 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
+        if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }
     }
@@ -130,10 +137,85 @@ pub struct ObjectSource {
     runtime: Arc<Runtime>,
     /// (size, ETag) of the version being read.
     version: Mutex<(u64, Option<String>)>,
-    counters: Counters,
+    counters: Arc<Counters>,
     /// The last request's failure, for the readers who get it as an errno
     /// from the cache.
-    last_error: Mutex<Option<String>>,
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+/// One ranged GET, with what it needs to run on the runtime alone.
+struct Request {
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    url: String,
+    etag: Option<String>,
+    range: std::ops::Range<u64>,
+    counters: Arc<Counters>,
+    last_error: Arc<Mutex<Option<String>>>,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Request {
+    /// The range's bytes. A failure comes back as an errno for the cache
+    /// to keep, its message kept for [`ObjectSource::explain`].
+    async fn run(self) -> io::Result<bytes::Bytes> {
+        // The engine's limit on requests in flight (a closed semaphore
+        // never happens: the runtime holds it for good).
+        let _permit = self.permits.clone().acquire_owned().await;
+        let c = &self.counters;
+        let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        c.peak.fetch_max(now, Ordering::Relaxed);
+        let (offset, end) = (self.range.start, self.range.end);
+        let opts = GetOptions {
+            if_match: self.etag.clone(),
+            range: Some(GetRange::Bounded(self.range.clone())),
+            ..GetOptions::default()
+        };
+        let started = Instant::now();
+        let r = async {
+            let got = self.store.get_opts(&self.path, opts).await?;
+            let first_byte = started.elapsed();
+            Ok::<_, object_store::Error>((got.bytes().await?, first_byte))
+        }
+        .await;
+        c.in_flight.fetch_sub(1, Ordering::Relaxed);
+        c.requests.fetch_add(1, Ordering::Relaxed);
+        let checked = match r {
+            Ok((bytes, first_byte)) => {
+                c.first_byte_us
+                    .fetch_add(first_byte.as_micros() as u64, Ordering::Relaxed);
+                c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                if bytes.len() as u64 == end - offset {
+                    Ok(bytes)
+                } else {
+                    // A server that answers a range with other bytes than
+                    // asked: never taken as data.
+                    Err(io::Error::other(format!(
+                        "{}: asked for bytes {offset}..{end}, the server sent {} bytes",
+                        self.url,
+                        bytes.len()
+                    )))
+                }
+            }
+            Err(e) => {
+                let e = io_error(&self.url, e);
+                Err(io::Error::new(
+                    e.kind(),
+                    format!("{e} (bytes {offset}..{end})"),
+                ))
+            }
+        };
+        checked.map_err(|e| {
+            c.failed.fetch_add(1, Ordering::Relaxed);
+            let errno = match e.kind() {
+                io::ErrorKind::StaleNetworkFileHandle => libc::ESTALE,
+                io::ErrorKind::NotFound => libc::ENOENT,
+                _ => libc::EIO,
+            };
+            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+            io::Error::from_raw_os_error(errno)
+        })
+    }
 }
 
 impl std::fmt::Debug for ObjectSource {
@@ -251,8 +333,8 @@ impl ObjectSource {
             url,
             runtime,
             version: Mutex::new((0, None)),
-            counters: Counters::default(),
-            last_error: Mutex::new(None),
+            counters: Arc::default(),
+            last_error: Arc::default(),
         };
         source.look()?;
         Ok(source)
@@ -297,66 +379,33 @@ impl ObjectSource {
     }
 
     /// One ranged GET of `len` bytes at `offset` (clipped to the object's
-    /// end), conditional on the version being read.
-    /// The range's bytes; a failure as an errno for the cache to keep,
-    /// its message kept for [`ObjectSource::explain`].
+    /// end), conditional on the version being read, waited for on this
+    /// thread.
     fn get(&self, offset: u64, len: u64) -> io::Result<bytes::Bytes> {
-        self.fetch(offset, len).map_err(|e| {
-            let errno = match e.kind() {
-                io::ErrorKind::StaleNetworkFileHandle => libc::ESTALE,
-                io::ErrorKind::NotFound => libc::ENOENT,
-                _ => libc::EIO,
-            };
-            *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
-            io::Error::from_raw_os_error(errno)
-        })
+        match self.request(offset, len) {
+            Some(req) => self.runtime.run(req.run()),
+            None => Ok(bytes::Bytes::new()),
+        }
     }
 
-    fn fetch(&self, offset: u64, len: u64) -> io::Result<bytes::Bytes> {
+    /// The request for `len` bytes at `offset`, `None` past the end.
+    fn request(&self, offset: u64, len: u64) -> Option<Request> {
         let (size, etag) = self
             .version
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let end = offset.saturating_add(len).min(size);
-        if offset >= end {
-            return Ok(bytes::Bytes::new());
-        }
-        let c = &self.counters;
-        let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
-        c.peak.fetch_max(now, Ordering::Relaxed);
-        let (store, path) = (self.store.clone(), self.path.clone());
-        let opts = GetOptions {
-            if_match: etag,
-            range: Some(GetRange::Bounded(offset..end)),
-            ..GetOptions::default()
-        };
-        let started = Instant::now();
-        let r = self.runtime.run(async move {
-            let got = store.get_opts(&path, opts).await?;
-            let first_byte = started.elapsed();
-            Ok::<_, object_store::Error>((got.bytes().await?, first_byte))
-        });
-        c.in_flight.fetch_sub(1, Ordering::Relaxed);
-        c.requests.fetch_add(1, Ordering::Relaxed);
-        let (bytes, first_byte) = r.map_err(|e| {
-            c.failed.fetch_add(1, Ordering::Relaxed);
-            let e = io_error(&self.url, e);
-            io::Error::new(e.kind(), format!("{e} (bytes {offset}..{end})"))
-        })?;
-        c.first_byte_us
-            .fetch_add(first_byte.as_micros() as u64, Ordering::Relaxed);
-        c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        if bytes.len() as u64 != end - offset {
-            // A server that answers a range with other bytes than asked:
-            // never taken as data.
-            return Err(io::Error::other(format!(
-                "{}: asked for bytes {offset}..{end}, the server sent {} bytes",
-                self.url,
-                bytes.len()
-            )));
-        }
-        Ok(bytes)
+        (offset < end).then(|| Request {
+            store: self.store.clone(),
+            path: self.path.clone(),
+            url: self.url.clone(),
+            etag,
+            range: offset..end,
+            counters: self.counters.clone(),
+            last_error: self.last_error.clone(),
+            permits: self.runtime.permits.clone(),
+        })
     }
 }
 
@@ -410,6 +459,20 @@ impl ReadSource for ObjectSource {
             }
         }
         Ok(got.len())
+    }
+
+    fn start(&self, mut op: ReadOp, done: Completion) -> Result<(), (ReadOp, Completion)> {
+        let Some(req) = self.request(op.offset, op.len as u64) else {
+            done(op, Ok(0));
+            return Ok(());
+        };
+        self.runtime.handle().spawn(async move {
+            let r = req.run().await.map(|b| op.buf.fill_from(&b));
+            // The completion files the pages under the cache's lock: a
+            // short step, on this worker.
+            done(op, r);
+        });
+        Ok(())
     }
 
     fn version(&self) -> io::Result<Version> {
