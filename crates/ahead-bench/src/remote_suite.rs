@@ -62,6 +62,10 @@ pub struct RemoteConfig {
     pub max_readahead: u64,
     /// The engine's largest single request.
     pub max_io: u64,
+    /// An S3 endpoint already running and a bucket in it, instead of the
+    /// embedded server (credentials from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY).
+    pub endpoint: Option<(String, String)>,
 }
 
 impl RemoteConfig {
@@ -82,6 +86,7 @@ impl RemoteConfig {
             // (ahead bench remote --patterns seq, profile s3).
             max_readahead: 64 << 20,
             max_io: 4 << 20,
+            endpoint: None,
         }
     }
 
@@ -93,6 +98,22 @@ impl RemoteConfig {
             seconds: 2.0,
             reps: 1,
             ..RemoteConfig::full(profile)
+        }
+    }
+}
+
+impl RemoteConfig {
+    /// The short form `ahead bench --quick` ends with: a 128 MiB object,
+    /// four patterns, 1.5 s each.
+    pub fn short(profile: NetProfile) -> RemoteConfig {
+        RemoteConfig {
+            object_size: 128 << 20,
+            seconds: 1.5,
+            patterns: ["seq", "reverse", "random-4k", "random-64k"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            ..RemoteConfig::quick(profile)
         }
     }
 }
@@ -218,7 +239,7 @@ struct Objects {
     /// A client of its own for each engine's run: a pooled connection
     /// belongs to the runtime that opened it, and an engine's runtime
     /// goes with the engine.
-    endpoint: String,
+    connect: Connect,
     store: Arc<dyn ObjectStore>,
     paths: Vec<ObjectPath>,
     bytes_down: Arc<AtomicU64>,
@@ -258,8 +279,8 @@ fn run_engine(
 ) -> Result<(u64, f64, Vec<f64>)> {
     let deadline = Duration::from_secs_f64(cfg.seconds);
     let fresh = Objects {
-        endpoint: objs.endpoint.clone(),
-        store: ahead::testdata::s3::client(&objs.endpoint, "bench")?,
+        connect: objs.connect.clone(),
+        store: objs.connect.store()?,
         paths: objs.paths.clone(),
         bytes_down: objs.bytes_down.clone(),
     };
@@ -497,36 +518,100 @@ fn median(mut v: Vec<f64>) -> f64 {
     percentile(&mut v, 0.5)
 }
 
-/// Runs the benchmark against the embedded server behind the shaper
-/// (objects made under `dir`), printing progress on stderr; the rows.
+/// How a run reaches the bucket: the endpoint (the shaper's), the bucket
+/// and the credentials.
+#[derive(Clone)]
+struct Connect {
+    endpoint: String,
+    bucket: String,
+    key: String,
+    secret: String,
+}
+
+impl Connect {
+    fn store(&self) -> Result<Arc<dyn ObjectStore>> {
+        Ok(ahead::testdata::s3::client_as(
+            &self.endpoint,
+            &self.bucket,
+            &self.key,
+            &self.secret,
+        )?)
+    }
+}
+
+/// Runs the benchmark against the embedded server (objects made under
+/// `dir`) or the endpoint `cfg` names, behind the shaper, printing
+/// progress on stderr; the rows.
 pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> {
-    let server = ahead::testdata::s3::Server::start(dir, &["bench"])?;
+    let embedded;
+    let (upstream, mut direct) = match &cfg.endpoint {
+        None => {
+            embedded = ahead::testdata::s3::Server::start(dir, &["bench"])?;
+            let c = Connect {
+                endpoint: embedded.endpoint(),
+                bucket: "bench".into(),
+                key: ahead::testdata::s3::ACCESS_KEY.into(),
+                secret: ahead::testdata::s3::SECRET_KEY.into(),
+            };
+            eprintln!("embedded S3 server at {}", c.endpoint);
+            (embedded.addr(), c)
+        }
+        Some((url, bucket)) => {
+            let var = |k: &str| {
+                std::env::var(k)
+                    .map_err(|_| Error::msg(format!("--endpoint needs {k} in the environment")))
+            };
+            let hostport = url
+                .strip_prefix("http://")
+                .ok_or_else(|| Error::msg(format!("{url}: --endpoint takes http://HOST:PORT")))?
+                .trim_end_matches('/');
+            let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)
+                .map_err(|e| Error::msg(format!("{url}: {e}")))?
+                .next()
+                .ok_or_else(|| Error::msg(format!("{url}: no address")))?;
+            let c = Connect {
+                endpoint: url.clone(),
+                bucket: bucket.clone(),
+                key: var("AWS_ACCESS_KEY_ID")?,
+                secret: var("AWS_SECRET_ACCESS_KEY")?,
+            };
+            eprintln!("S3 endpoint {url}, bucket {bucket}");
+            (addr, c)
+        }
+    };
     eprintln!(
-        "embedded S3 server at {}; generating objects ({} and {} × {}) ...",
-        server.endpoint(),
+        "generating objects ({} and {} × {}) ...",
         ahead::units::format_size(cfg.object_size),
         cfg.many.0,
         ahead::units::format_size(cfg.many.1)
     );
-    let mut paths = vec![ObjectPath::from("big")];
-    let gen = |size: u64, shift: u64| {
+    let put_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let writer = direct.store()?;
+    let put = |key: &str, size: u64, shift: u64| -> Result<()> {
         let mut v = vec![0u8; size as usize];
         ahead::testdata::fill(&mut v, shift);
-        v
+        let path = ObjectPath::from(key);
+        put_rt
+            .block_on(writer.put(&path, v.into()))
+            .map_err(|e| Error::msg(format!("put {key}: {e}")))?;
+        Ok(())
     };
-    server.put("bench", "big", gen(cfg.object_size, 0))?;
+    let mut paths = vec![ObjectPath::from("ahead-bench/big")];
+    put("ahead-bench/big", cfg.object_size, 0)?;
     if cfg.patterns.iter().any(|p| p == "many-objects") {
         for i in 0..cfg.many.0 {
-            let key = format!("many/{i:04}");
-            server.put("bench", &key, gen(cfg.many.1, 1 + i as u64))?;
+            let key = format!("ahead-bench/many/{i:04}");
+            put(&key, cfg.many.1, 1 + i as u64)?;
             paths.push(ObjectPath::from(key));
         }
     }
-    let shaper = Shaper::start(server.addr(), cfg.profile)?;
-    let store = ahead::testdata::s3::client(&shaper.endpoint(), "bench")?;
+    let shaper = Shaper::start(upstream, cfg.profile)?;
+    direct.endpoint = shaper.endpoint();
     let objs = Objects {
-        endpoint: shaper.endpoint(),
-        store,
+        store: direct.store()?,
+        connect: direct,
         paths,
         bytes_down: shaper.bytes_down(),
     };
@@ -671,6 +756,14 @@ pub struct RemoteArgs {
     /// ahead's largest single request (GET).
     #[arg(long)]
     pub max_io: Option<String>,
+    /// An S3 endpoint already running (http://HOST:PORT; Ceph's RADOS
+    /// Gateway from scripts/ceph-s3, MinIO, …) instead of the embedded
+    /// server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    #[arg(long, requires = "bucket")]
+    pub endpoint: Option<String>,
+    /// The bucket at --endpoint to write the benchmark's objects in.
+    #[arg(long, requires = "endpoint")]
+    pub bucket: Option<String>,
 }
 
 impl RemoteArgs {
@@ -693,6 +786,9 @@ impl RemoteArgs {
         }
         let size =
             |s: &str| ahead::units::parse_size(s).map_err(|e| Error::msg(format!("{s}: {e}")));
+        if let (Some(e), Some(b)) = (&self.endpoint, &self.bucket) {
+            cfg.endpoint = Some((e.clone(), b.clone()));
+        }
         if let Some(w) = &self.window {
             cfg.max_readahead = size(w)?;
         }

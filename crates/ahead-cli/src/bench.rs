@@ -196,9 +196,29 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else {
         Vec::new()
     };
+    // Objects in a store, short, in the quick run: the embedded server
+    // behind the s3 network profile.
+    let remote_rows = if args.quick {
+        use ahead_bench::remote_suite::{self as remote, RemoteConfig};
+        use ahead_bench::shaper::NetProfile;
+        println!();
+        let cfg = RemoteConfig::short(NetProfile::S3);
+        let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let work = ahead_bench::workdir::private_dir(&parent, "ahead-bench-remote-")?;
+        let rows = remote::run(&cfg, work.path())?;
+        print!("{}", remote::table(&rows, &cfg));
+        rows
+    } else {
+        Vec::new()
+    };
     if let Some(j) = &args.json {
         let mut v: Vec<serde_json::Value> = rows.iter().map(suite::row_json).collect();
         v.extend(mix_rows.iter().map(ahead_bench::mix_suite::MixRow::json));
+        v.extend(remote_rows.iter().map(|r| {
+            let mut j = r.json();
+            j["remote"] = serde_json::json!(true);
+            j
+        }));
         v.push(serde_json::json!({
             "pattern": "peak-rss",
             "engine": "ahead",

@@ -222,3 +222,116 @@ fn many_threads_and_objects_share_one_budget() {
     });
     assert!(f.engine.cached_bytes() <= f.engine.config().cache_bytes);
 }
+
+/// A one-node Ceph cluster (scripts/ceph-s3) for the length of a test:
+/// down again when dropped.
+struct Ceph {
+    script: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    endpoint: String,
+    key: String,
+    secret: String,
+}
+
+impl Ceph {
+    /// Brings it up where Debian's Ceph packages are installed; `None`
+    /// (and a loud skip) where they are not.
+    fn up(scratch: &std::path::Path) -> Option<Ceph> {
+        let installed = std::process::Command::new("sh")
+            .args(["-c", "command -v radosgw && command -v ceph-osd"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !installed {
+            eprintln!("SKIP: Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-mgr radosgw ceph-common)");
+            return None;
+        }
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-s3");
+        let dir = scratch.join("ceph");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let o = std::process::Command::new(&script)
+            .arg("up")
+            .env("CEPH_S3_DIR", &dir)
+            .env("CEPH_S3_PORT", port.to_string())
+            .env("CEPH_S3_BYTES", (1u64 << 30).to_string())
+            .output()
+            .unwrap();
+        let ceph = |out: &str| {
+            let get = |k: &str| {
+                out.lines()
+                    .find_map(|l| l.strip_prefix(&format!("export {k}=")))
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            Ceph {
+                script: script.clone(),
+                dir: dir.clone(),
+                endpoint: get("AWS_ENDPOINT_URL"),
+                key: get("AWS_ACCESS_KEY_ID"),
+                secret: get("AWS_SECRET_ACCESS_KEY"),
+            }
+        };
+        let c = ceph(&String::from_utf8_lossy(&o.stdout));
+        assert!(
+            o.status.success(),
+            "scripts/ceph-s3 up failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Some(c)
+    }
+}
+
+impl Drop for Ceph {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.script)
+            .arg("down")
+            .env("CEPH_S3_DIR", &self.dir)
+            .output();
+    }
+}
+
+#[test]
+fn on_a_real_ceph_cluster_reads_are_exact_and_held_to_one_version() {
+    let scratch = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    let Some(ceph) = Ceph::up(scratch.path()) else {
+        return;
+    };
+    let store =
+        ahead::testdata::s3::client_as(&ceph.endpoint, "ahead", &ceph.key, &ceph.secret).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let path = ObjectPath::from("dir/obj");
+    use object_store::ObjectStoreExt;
+    rt.block_on(store.put(&path, object_bytes(SIZE, 0).into()))
+        .unwrap();
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let file = engine
+        .open_object(store.clone(), path.clone(), "s3://ahead/dir/obj")
+        .unwrap();
+    assert_eq!(file.len(), SIZE as u64);
+    // Uploaded by a client, downloaded through ahead: byte-identical.
+    let mut buf = vec![0u8; 1 << 20];
+    for at in (0..SIZE as u64).step_by(1 << 20) {
+        file.read_at(&mut buf, at).unwrap();
+        assert_eq!(testdata::first_mismatch(&buf, at), None, "at {at}");
+    }
+    // radosgw honours If-Match: an overwrite is an error, then a refresh
+    // reads the new version.
+    let file = engine
+        .open_object(store.clone(), path.clone(), "s3://ahead/dir/obj")
+        .unwrap();
+    let mut small = vec![0u8; 64 << 10];
+    file.read_at(&mut small, 0).unwrap();
+    rt.block_on(store.put(&path, object_bytes(SIZE, 1).into()))
+        .unwrap();
+    let at = SIZE as u64 - (64 << 10);
+    let err = file.read_at(&mut small, at).unwrap_err().to_string();
+    assert!(err.contains("changed"), "{err}");
+    assert!(file.refresh().unwrap().changed);
+    file.read_at(&mut small, at).unwrap();
+    assert_eq!(testdata::first_mismatch(&small, at + 1), None);
+}
