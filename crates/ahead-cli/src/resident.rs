@@ -399,7 +399,7 @@ fn map_text(map: &MapSummary) -> String {
         format_size(residency::page_size())
     );
     for (i, &(cached, pages)) in map.buckets.iter().enumerate() {
-        if i > 0 && i as u64 % MAP_WIDTH == 0 {
+        if i > 0 && (i as u64).is_multiple_of(MAP_WIDTH) {
             out.push('\n');
         }
         out.push(if cached == pages {

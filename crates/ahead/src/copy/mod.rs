@@ -329,7 +329,9 @@ fn open_direct(file: &File, write: bool) -> Option<(File, usize)> {
 }
 
 fn aligned(buf: &[u8], offset: u64, align: usize) -> bool {
-    (buf.as_ptr() as usize) % align == 0 && offset % align as u64 == 0 && buf.len() % align == 0
+    (buf.as_ptr() as usize).is_multiple_of(align)
+        && offset.is_multiple_of(align as u64)
+        && buf.len().is_multiple_of(align)
 }
 
 /// Whether a flagged preadv2/pwritev2 failed because the flag is not

@@ -470,7 +470,7 @@ impl Engine {
         if direct {
             if let Some((mem, off)) = sys::dio_alignment(fd.as_fd()) {
                 let page = self.shared.config.page_size;
-                if page % mem as u64 != 0 || page % off as u64 != 0 {
+                if !page.is_multiple_of(mem as u64) || !page.is_multiple_of(off as u64) {
                     return Err(Error::Unsupported {
                         path: path.into(),
                         why: format!("O_DIRECT alignment {off} exceeds the page size {page}"),

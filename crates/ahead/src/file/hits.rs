@@ -169,7 +169,7 @@ impl File {
         // hint table.
         let fails = &inner.served.0[shard()].hit_fails;
         let failed = fails.load(Relaxed);
-        if failed >= HIT_FAILS_TOLERATED && failed % HIT_RETRY_EVERY != 0 {
+        if failed >= HIT_FAILS_TOLERATED && !failed.is_multiple_of(HIT_RETRY_EVERY) {
             fails.store(failed.wrapping_add(1), Relaxed);
             return None;
         }

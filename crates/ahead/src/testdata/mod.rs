@@ -32,7 +32,7 @@ pub fn fill(buf: &mut [u8], offset: u64) {
     let mut i = 0;
     while i < buf.len() {
         let o = offset + i as u64;
-        if o % 8 == 0 && buf.len() - i >= 8 {
+        if o.is_multiple_of(8) && buf.len() - i >= 8 {
             buf[i..i + 8].copy_from_slice(&word_value(o / 8).to_le_bytes());
             i += 8;
         } else {
