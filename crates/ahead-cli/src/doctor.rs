@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 #[derive(Args, Debug)]
 pub struct DoctorArgs {
     /// A file, or a directory, on the file system to look at (default: the
-    /// current directory).
+    /// current directory); or an object's URL (s3://, http(s)://): its
+    /// endpoint's latency and one connection's throughput, measured.
     path: Option<PathBuf>,
     /// Print one JSON object instead of text.
     #[arg(long)]
@@ -25,8 +26,57 @@ fn found(f: &Found) -> Value {
     json!({"available": f.available, "why": f.why})
 }
 
+/// `ahead doctor URL`: the endpoint, measured through the object.
+fn remote(url: &str, as_json: bool) -> Result<()> {
+    let p = ahead::remote::probe(url).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    if as_json {
+        println!(
+            "{}",
+            json!({
+                "url": url, "size": p.size, "etag": p.etag,
+                "head_ms": ms(p.head), "first_byte_ms": ms(p.first_byte),
+                "one_connection_mb_s": p.bytes_per_sec / 1e6, "probe_bytes": p.probe_bytes,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "object      {url}: {} bytes, ETag {}",
+        p.size,
+        p.etag.as_deref().unwrap_or("none")
+    );
+    println!("HEAD        {:.1} ms", ms(p.head));
+    println!(
+        "first byte  {:.1} ms (4 KiB GETs, median of 3)",
+        ms(p.first_byte)
+    );
+    println!(
+        "throughput  {:.1} MB/s on one connection ({} in one GET, first byte excluded)",
+        p.bytes_per_sec / 1e6,
+        ahead::units::format_size(p.probe_bytes)
+    );
+    let bdp = p.bytes_per_sec * p.first_byte.as_secs_f64();
+    let mib = 1048576.0;
+    let one = mib / (p.first_byte.as_secs_f64() + mib / p.bytes_per_sec.max(1.0)) / 1e6;
+    println!(
+        "so          1 MiB reads one at a time get {one:.1} MB/s; a connection stays busy with \
+         about {} in flight",
+        ahead::units::format_size(bdp as u64)
+    );
+    Ok(())
+}
+
 /// Runs `ahead doctor`.
 pub fn run(args: DoctorArgs) -> Result<()> {
+    if let Some(url) = args
+        .path
+        .as_ref()
+        .and_then(|p| p.to_str())
+        .filter(|s| ahead::remote::is_url(s))
+    {
+        return remote(url, args.json);
+    }
     let path = args.path.unwrap_or_else(|| PathBuf::from("."));
     let meta = std::fs::metadata(&path).with_context(|| format!("{}", path.display()))?;
     // Probes that need a regular file use PATH if it is one, else an

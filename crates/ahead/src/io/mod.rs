@@ -88,7 +88,16 @@ impl IoBuf {
     /// bytes in memory (an object's response body) rather than reading
     /// into the buffer.
     pub fn fill_from(&mut self, data: &[u8]) -> usize {
-        let iov = self.iovecs(0, data.len());
+        self.fill_at(0, data)
+    }
+
+    /// Copies `data` into the buffer from byte `skip` on (clipped to its
+    /// capacity); the bytes copied.
+    pub fn fill_at(&mut self, skip: usize, data: &[u8]) -> usize {
+        if skip >= self.capacity() {
+            return 0;
+        }
+        let iov = self.iovecs(skip, data.len());
         let mut at = 0;
         for v in &iov {
             let n = v.iov_len.min(data.len() - at);
@@ -313,7 +322,7 @@ fn run_completion(done: Completion, op: ReadOp, result: io::Result<usize>) {
 /// end. Whether `fd` is O_DIRECT is asked only in that rare case.
 fn continue_after(done: usize, n: usize, len: usize, fd: Option<BorrowedFd<'_>>) -> Option<usize> {
     let total = done + n;
-    if n == 0 || total >= len || (total % SECTOR != 0 && fd.is_some_and(is_direct)) {
+    if n == 0 || total >= len || (!total.is_multiple_of(SECTOR) && fd.is_some_and(is_direct)) {
         None
     } else {
         Some(total)

@@ -155,10 +155,20 @@ struct Request {
     permits: Arc<tokio::sync::Semaphore>,
 }
 
+/// Where a response's body goes.
+enum Body<'a> {
+    /// Into memory of its own (a read into the caller's buffer copies it).
+    Collect(&'a mut Vec<u8>),
+    /// Chunk by chunk into the read's buffer (the cache's frames), as it
+    /// arrives: no second copy of a window in memory.
+    Into(&'a mut crate::io::IoBuf),
+}
+
 impl Request {
-    /// The range's bytes. A failure comes back as an errno for the cache
-    /// to keep, its message kept for [`ObjectSource::explain`].
-    async fn run(self) -> io::Result<bytes::Bytes> {
+    /// The range into `body`; the bytes received. A failure comes back as
+    /// an errno for the cache to keep, its message kept for
+    /// [`ObjectSource::explain`].
+    async fn run(self, mut body: Body<'_>) -> io::Result<usize> {
         // The engine's limit on requests in flight (a closed semaphore
         // never happens: the runtime holds it for good).
         let _permit = self.permits.clone().acquire_owned().await;
@@ -166,6 +176,7 @@ impl Request {
         let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         c.peak.fetch_max(now, Ordering::Relaxed);
         let (offset, end) = (self.range.start, self.range.end);
+        let want = (end - offset) as usize;
         let opts = GetOptions {
             if_match: self.etag.clone(),
             range: Some(GetRange::Bounded(self.range.clone())),
@@ -175,25 +186,40 @@ impl Request {
         let r = async {
             let got = self.store.get_opts(&self.path, opts).await?;
             let first_byte = started.elapsed();
-            Ok::<_, object_store::Error>((got.bytes().await?, first_byte))
+            let mut stream = got.into_stream();
+            let mut at = 0usize;
+            while let Some(chunk) = futures_util::StreamExt::next(&mut stream).await {
+                let chunk = chunk?;
+                // Never past the range asked for: more is the server's
+                // error, found below.
+                let room = want.saturating_sub(at);
+                let part = &chunk[..chunk.len().min(room)];
+                match &mut body {
+                    Body::Collect(v) => v.extend_from_slice(part),
+                    Body::Into(buf) => {
+                        buf.fill_at(at, part);
+                    }
+                }
+                at += chunk.len();
+            }
+            Ok::<_, object_store::Error>((at, first_byte))
         }
         .await;
         c.in_flight.fetch_sub(1, Ordering::Relaxed);
         c.requests.fetch_add(1, Ordering::Relaxed);
         let checked = match r {
-            Ok((bytes, first_byte)) => {
+            Ok((got, first_byte)) => {
                 c.first_byte_us
                     .fetch_add(first_byte.as_micros() as u64, Ordering::Relaxed);
-                c.bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                if bytes.len() as u64 == end - offset {
-                    Ok(bytes)
+                c.bytes.fetch_add(got as u64, Ordering::Relaxed);
+                if got == want {
+                    Ok(got)
                 } else {
                     // A server that answers a range with other bytes than
                     // asked: never taken as data.
                     Err(io::Error::other(format!(
-                        "{}: asked for bytes {offset}..{end}, the server sent {} bytes",
+                        "{}: asked for bytes {offset}..{end}, the server sent {got} bytes",
                         self.url,
-                        bytes.len()
                     )))
                 }
             }
@@ -381,10 +407,13 @@ impl ObjectSource {
     /// One ranged GET of `len` bytes at `offset` (clipped to the object's
     /// end), conditional on the version being read, waited for on this
     /// thread.
-    fn get(&self, offset: u64, len: u64) -> io::Result<bytes::Bytes> {
+    fn get(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         match self.request(offset, len) {
-            Some(req) => self.runtime.run(req.run()),
-            None => Ok(bytes::Bytes::new()),
+            Some(req) => self.runtime.run(async move {
+                let mut v = Vec::with_capacity((req.range.end - req.range.start) as usize);
+                req.run(Body::Collect(&mut v)).await.map(|_| v)
+            }),
+            None => Ok(Vec::new()),
         }
     }
 
@@ -467,7 +496,7 @@ impl ReadSource for ObjectSource {
             return Ok(());
         };
         self.runtime.handle().spawn(async move {
-            let r = req.run().await.map(|b| op.buf.fill_from(&b));
+            let r = req.run(Body::Into(&mut op.buf)).await;
             // The completion files the pages under the cache's lock: a
             // short step, on this worker.
             done(op, r);
@@ -478,4 +507,82 @@ impl ReadSource for ObjectSource {
     fn version(&self) -> io::Result<Version> {
         self.look()
     }
+}
+
+/// What [`probe`] measured of an endpoint, through one object.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// The object's size.
+    pub size: u64,
+    /// Its ETag, if the server gives one.
+    pub etag: Option<String>,
+    /// The HEAD's round trip.
+    pub head: Duration,
+    /// Time to the first byte of a 4 KiB GET, the median of three.
+    pub first_byte: Duration,
+    /// One connection's throughput: bytes per second of one GET of up to
+    /// 16 MiB, its first byte excluded.
+    pub bytes_per_sec: f64,
+    /// The bytes that GET brought.
+    pub probe_bytes: u64,
+}
+
+/// Measures the endpoint behind `url` with the object it names: a HEAD,
+/// three small GETs (first-byte latency), one large GET (one connection's
+/// throughput), on a runtime of its own. What `ahead doctor URL` prints.
+pub fn probe(url: &str) -> io::Result<Probe> {
+    let (store, path) = store_for_url(url)?;
+    let url = url.to_owned();
+    let rt = Runtime::new(1)?;
+    rt.run(async move {
+        let err = |e| io_error(&url, e);
+        let t = Instant::now();
+        let meta = store.head(&path).await.map_err(err)?;
+        let head = t.elapsed();
+        let size = meta.size;
+        let mut first = Vec::new();
+        for i in 0..3u64 {
+            let at = (size / 3 * i).min(size.saturating_sub(4096));
+            let t = Instant::now();
+            let got = store
+                .get_opts(
+                    &path,
+                    GetOptions {
+                        range: Some(GetRange::Bounded(at..(at + 4096).min(size))),
+                        ..GetOptions::default()
+                    },
+                )
+                .await
+                .map_err(err)?;
+            first.push(t.elapsed());
+            got.bytes().await.map_err(err)?;
+        }
+        first.sort();
+        let n = size.min(16 << 20);
+        let t = Instant::now();
+        let got = store
+            .get_opts(
+                &path,
+                GetOptions {
+                    range: Some(GetRange::Bounded(0..n)),
+                    ..GetOptions::default()
+                },
+            )
+            .await
+            .map_err(err)?;
+        let after_first = t.elapsed();
+        let body = got.bytes().await.map_err(err)?;
+        let transfer = t
+            .elapsed()
+            .saturating_sub(after_first)
+            .max(Duration::from_micros(1));
+        Ok(Probe {
+            size,
+            etag: meta.e_tag,
+            head,
+            first_byte: first.get(1).copied().unwrap_or_default(),
+            bytes_per_sec: body.len() as f64 / transfer.as_secs_f64(),
+            probe_bytes: body.len() as u64,
+        })
+    })
 }
