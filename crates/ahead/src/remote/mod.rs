@@ -80,17 +80,15 @@ impl Runtime {
     pub(crate) fn run<T: Send + 'static>(
         &self,
         fut: impl std::future::Future<Output = T> + Send + 'static,
-    ) -> T {
+    ) -> io::Result<T> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.handle().spawn(async move {
             let _ = tx.send(fut.await);
         });
-        match rx.recv() {
-            Ok(v) => v,
-            // The task cannot be dropped unfinished while the runtime
-            // lives, and the runtime outlives every source.
-            Err(_) => panic!("the remote runtime dropped a request"),
-        }
+        // The task is dropped unfinished only if it panicked or the
+        // runtime is shutting down: an error, never a panic here.
+        rx.recv()
+            .map_err(|_| io::Error::other("the request's task ended without an answer"))
     }
 }
 
@@ -390,7 +388,7 @@ impl ObjectSource {
         let meta = self
             .runtime
             .run(async move { store.head(&path).await })
-            .map_err(|e| io_error(&url, e));
+            .and_then(|r| r.map_err(|e| io_error(&url, e)));
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         let meta = meta.inspect_err(|_| {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -409,10 +407,13 @@ impl ObjectSource {
     /// thread.
     fn get(&self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
         match self.request(offset, len) {
-            Some(req) => self.runtime.run(async move {
-                let mut v = Vec::with_capacity((req.range.end - req.range.start) as usize);
-                req.run(Body::Collect(&mut v)).await.map(|_| v)
-            }),
+            Some(req) => self
+                .runtime
+                .run(async move {
+                    let mut v = Vec::with_capacity((req.range.end - req.range.start) as usize);
+                    req.run(Body::Collect(&mut v)).await.map(|_| v)
+                })
+                .and_then(|r| r),
             None => Ok(Vec::new()),
         }
     }
@@ -585,4 +586,5 @@ pub fn probe(url: &str) -> io::Result<Probe> {
             probe_bytes: body.len() as u64,
         })
     })
+    .and_then(|r| r)
 }

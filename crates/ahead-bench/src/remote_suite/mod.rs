@@ -26,6 +26,12 @@ use crate::report::Table;
 use crate::shaper::{NetProfile, Shaper};
 use crate::{Error, Result};
 
+mod args;
+mod readers;
+
+pub use args::{main, RemoteArgs};
+use readers::{read_ahead, read_bufreader, read_naive};
+
 /// The benchmark's patterns, by their JSON names.
 pub const PATTERNS: [&str; 8] = [
     "seq",
@@ -369,143 +375,6 @@ fn run_engine(
     ))
 }
 
-fn read_ahead(
-    files: &[Option<ahead::File>],
-    reads: &[(usize, u64, u64)],
-    depth: usize,
-    started: Instant,
-    deadline: Duration,
-    lat: &mut Vec<f64>,
-) -> Result<u64> {
-    let mut done = 0;
-    for batch in reads.chunks(depth) {
-        if started.elapsed() > deadline {
-            break;
-        }
-        let t = Instant::now();
-        let mut bufs: Vec<Vec<u8>> = batch.iter().map(|r| vec![0u8; r.2 as usize]).collect();
-        let file = files[batch[0].0]
-            .as_ref()
-            .ok_or_else(|| Error::msg("no file"))?;
-        if batch.len() == 1 {
-            file.read_at(&mut bufs[0], batch[0].1)?;
-        } else {
-            let mut reqs: Vec<(u64, &mut [u8])> = batch
-                .iter()
-                .zip(bufs.iter_mut())
-                .map(|(r, b)| (r.1, b.as_mut_slice()))
-                .collect();
-            for r in file.read_many(&mut reqs) {
-                r?;
-            }
-        }
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        for (r, b) in batch.iter().zip(&bufs) {
-            expect_ok(b, r.0, r.1)?;
-            done += r.2;
-            lat.push(us);
-        }
-    }
-    Ok(done)
-}
-
-fn read_naive(
-    objs: &Objects,
-    reads: &[(usize, u64, u64)],
-    depth: usize,
-    started: Instant,
-    deadline: Duration,
-    rt: &tokio::runtime::Runtime,
-    lat: &mut Vec<f64>,
-) -> Result<u64> {
-    let mut done = 0;
-    for batch in reads.chunks(depth) {
-        if started.elapsed() > deadline {
-            break;
-        }
-        let t = Instant::now();
-        let got = rt.block_on(async {
-            let futs = batch.iter().map(|&(o, off, len)| {
-                let store = objs.store.clone();
-                let path = objs.paths[o].clone();
-                async move { store.get_range(&path, off..off + len).await }
-            });
-            let mut out = Vec::new();
-            for f in futs.map(tokio::spawn).collect::<Vec<_>>() {
-                out.push(f.await);
-            }
-            out
-        });
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        for (r, g) in batch.iter().zip(got) {
-            let b = g
-                .map_err(|e| Error::msg(e.to_string()))?
-                .map_err(|e| Error::msg(e.to_string()))?;
-            expect_ok(&b, r.0, r.1)?;
-            done += r.2;
-            lat.push(us);
-        }
-    }
-    Ok(done)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn read_bufreader(
-    objs: &Objects,
-    metas: &Arc<std::collections::HashMap<usize, object_store::ObjectMeta>>,
-    reads: &[(usize, u64, u64)],
-    depth: usize,
-    started: Instant,
-    deadline: Duration,
-    rt: &tokio::runtime::Runtime,
-    lat: &mut Vec<f64>,
-) -> Result<u64> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    // Depth: as many readers, each with its own BufReader (one BufReader
-    // has one request at a time); reads dealt out in turn.
-    rt.block_on(async {
-        let mut tasks = Vec::new();
-        for lane in 0..depth {
-            let mine: Vec<(usize, u64, u64)> =
-                reads.iter().skip(lane).step_by(depth).copied().collect();
-            let (store, metas) = (objs.store.clone(), metas.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut readers: std::collections::HashMap<
-                    usize,
-                    object_store::buffered::BufReader,
-                > = Default::default();
-                let (mut done, mut lat) = (0u64, Vec::new());
-                for (o, off, len) in mine {
-                    if started.elapsed() > deadline {
-                        break;
-                    }
-                    let t = Instant::now();
-                    let r = readers.entry(o).or_insert_with(|| {
-                        object_store::buffered::BufReader::new(store.clone(), &metas[&o])
-                    });
-                    let mut buf = vec![0u8; len as usize];
-                    r.seek(std::io::SeekFrom::Start(off)).await?;
-                    r.read_exact(&mut buf).await?;
-                    lat.push(t.elapsed().as_secs_f64() * 1e6);
-                    expect_ok(&buf, o, off).map_err(|e| std::io::Error::other(e.to_string()))?;
-                    done += len;
-                }
-                Ok::<_, std::io::Error>((done, lat))
-            }));
-        }
-        let mut total = 0;
-        for t in tasks {
-            let (d, l) = t
-                .await
-                .map_err(|e| Error::msg(e.to_string()))?
-                .map_err(Error::from)?;
-            total += d;
-            lat.extend(l);
-        }
-        Ok(total)
-    })
-}
-
 fn percentile(v: &mut [f64], q: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -722,110 +591,6 @@ pub fn table(rows: &[RemoteRow], cfg: &RemoteConfig) -> String {
         ahead::units::format_size(cfg.max_readahead),
         ahead::units::format_size(cfg.max_io),
     )
-}
-
-/// Arguments of `ahead bench remote`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RemoteArgs {
-    /// The network: s3 (30 ms first byte, 90 MB/s per connection, 250
-    /// MB/s in all), lan (1 ms, 1 GB/s), or LATENCY_MS,PER_CONN_MBPS,TOTAL_MBPS.
-    #[arg(long, default_value = "s3")]
-    pub profile: String,
-    /// A 256 MiB object, 32 objects of 4 MiB, 2 s per run, one repetition.
-    #[arg(long)]
-    pub quick: bool,
-    /// Repetitions (medians are reported); default 3, 1 with --quick.
-    #[arg(long)]
-    pub reps: Option<usize>,
-    /// Longest time per engine and pattern, in seconds.
-    #[arg(long)]
-    pub seconds: Option<f64>,
-    /// Patterns, comma-separated (default: all).
-    #[arg(long)]
-    pub patterns: Option<String>,
-    /// Where the embedded server keeps its objects (default: the system's
-    /// temporary directory).
-    #[arg(long)]
-    pub dir: Option<std::path::PathBuf>,
-    /// Write the rows as a JSON array to this file.
-    #[arg(long)]
-    pub json: Option<std::path::PathBuf>,
-    /// ahead's largest readahead window.
-    #[arg(long)]
-    pub window: Option<String>,
-    /// ahead's largest single request (GET).
-    #[arg(long)]
-    pub max_io: Option<String>,
-    /// An S3 endpoint already running (http://HOST:PORT; Ceph's RADOS
-    /// Gateway from scripts/ceph-s3, MinIO, …) instead of the embedded
-    /// server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
-    #[arg(long, requires = "bucket")]
-    pub endpoint: Option<String>,
-    /// The bucket at --endpoint to write the benchmark's objects in.
-    #[arg(long, requires = "endpoint")]
-    pub bucket: Option<String>,
-}
-
-impl RemoteArgs {
-    /// The run these arguments ask for.
-    pub fn config(&self) -> Result<RemoteConfig> {
-        let profile = NetProfile::parse(&self.profile)?;
-        let mut cfg = if self.quick {
-            RemoteConfig::quick(profile)
-        } else {
-            RemoteConfig::full(profile)
-        };
-        if let Some(r) = self.reps {
-            cfg.reps = r.max(1);
-        }
-        if let Some(s) = self.seconds {
-            if !(s > 0.0 && s.is_finite()) {
-                return Err(Error::msg("--seconds must be positive"));
-            }
-            cfg.seconds = s;
-        }
-        let size =
-            |s: &str| ahead::units::parse_size(s).map_err(|e| Error::msg(format!("{s}: {e}")));
-        if let (Some(e), Some(b)) = (&self.endpoint, &self.bucket) {
-            cfg.endpoint = Some((e.clone(), b.clone()));
-        }
-        if let Some(w) = &self.window {
-            cfg.max_readahead = size(w)?;
-        }
-        if let Some(m) = &self.max_io {
-            cfg.max_io = size(m)?;
-        }
-        if let Some(p) = &self.patterns {
-            cfg.patterns = p.split(',').map(|s| s.trim().to_string()).collect();
-            for p in &cfg.patterns {
-                if !PATTERNS.contains(&p.as_str()) {
-                    return Err(Error::msg(format!(
-                        "unknown pattern '{p}' (one of {})",
-                        PATTERNS.join(", ")
-                    )));
-                }
-            }
-        }
-        Ok(cfg)
-    }
-}
-
-/// Runs `ahead bench remote`: the table on stdout, JSON where asked.
-pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
-    let cfg = args.config()?;
-    let parent = match &args.dir {
-        Some(d) => d.clone(),
-        None => std::env::temp_dir(),
-    };
-    let work = crate::workdir::private_dir(&parent, "ahead-bench-remote-")?;
-    let rows = run(&cfg, work.path())?;
-    print!("{}", table(&rows, &cfg));
-    if let Some(j) = &args.json {
-        let v: Vec<Value> = rows.iter().map(RemoteRow::json).collect();
-        std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
-            .map_err(|e| Error::from(e).context(format!("write {}", j.display())))?;
-    }
-    Ok(rows)
 }
 
 #[cfg(test)]
