@@ -191,6 +191,11 @@ impl PageCache {
         })
     }
 
+    /// Frames readahead may take: all but the demand reserve.
+    pub(crate) fn readahead_frames(&self) -> usize {
+        self.frames().saturating_sub(self.reserve)
+    }
+
     /// Number of frames (the budget in pages).
     pub fn frames(&self) -> usize {
         self.arena.frames()

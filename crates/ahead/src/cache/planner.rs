@@ -162,7 +162,8 @@ impl ra::CacheView for Planner<'_> {
         }
     }
     fn capacity_pages(&self) -> Option<u64> {
-        Some(self.cache.frames() as u64)
+        // What readahead may hold: the frames beyond the demand reserve.
+        Some(self.cache.readahead_frames() as u64)
     }
 }
 

@@ -91,7 +91,7 @@ impl StreamTable {
             // Not (yet) a stream, or one whose speculation did not pay.
             return Some(self.fallback(req, view));
         }
-        let max = self.effective_max(&s);
+        let max = self.effective_max(&s).min(self.share_max(view));
         // Thrashing: readahead pages of this stream were evicted before use.
         let thrashed = view.shadow(req.index).is_some_and(|sh| sh.evicted_unused);
         let Some((direction, reach)) = self.reading_direction(slot, view) else {
@@ -115,7 +115,7 @@ impl StreamTable {
             let pages = st
                 .size
                 .max(MIN_WINDOW)
-                .min(self.effective_max(&st))
+                .min(self.effective_max(&st).min(self.share_max(view)))
                 .max(min_pages);
             let w = Self::shaped(direction, req, pages, pages / 2, reach);
             return Some(self.record(slot, w, req));
@@ -240,7 +240,7 @@ impl StreamTable {
             return None;
         }
         let prev = s.window?.window;
-        let max = self.effective_max(&s);
+        let max = self.effective_max(&s).min(self.share_max(view));
         let mut pages = next_window(s.size.max(1), max);
         if s.boost {
             pages = next_window(pages, max);

@@ -186,6 +186,23 @@ impl StreamTable {
         self.max.min(s.cap).max(MIN_WINDOW.min(self.max))
     }
 
+    /// The largest window one stream may have when the streams reading
+    /// ahead now share the pages readahead may hold
+    /// ([`CacheView::capacity_pages`]): each keeps up to two windows (the
+    /// one being read and the next), so together they fit.
+    fn share_max(&self, view: &dyn CacheView) -> u64 {
+        let Some(capacity) = view.capacity_pages() else {
+            return self.max;
+        };
+        let reading = self
+            .streams
+            .iter()
+            .filter(|s| s.live && s.window.is_some() && s.direction != Direction::Unknown)
+            .count()
+            .max(1) as u64;
+        (capacity / (2 * reading)).max(MIN_WINDOW).min(self.max)
+    }
+
     /// Keeps `window`, issued for `req`, as stream `slot`'s latest; the
     /// window before the previous one leaves the stream and is settled.
     fn record(&mut self, slot: usize, window: Window, req: Request) -> Window {
