@@ -219,6 +219,9 @@ pub fn offsets(pattern: Pattern, size: u64, bs: u64, seed: u64) -> Vec<u64> {
 
 /// Runs `w` on `path` through `engine`.
 pub fn run(path: &Path, engine: &Engine, w: &Workload) -> crate::Result<Measurement> {
+    if let Some(url) = path.to_str().filter(|s| ahead::remote::is_url(s)) {
+        return run_url(url, engine, w);
+    }
     let meta = std::fs::metadata(path)
         .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?;
     let mut size = if meta.is_file() {
@@ -253,29 +256,7 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> crate::Result<Measurem
     if w.drain > 0 {
         drain(path, w.drain.min(size))?;
     }
-    let mut offs = offsets(w.pattern, size, w.bs, w.seed);
-    if w.bytes > 0 && !matches!(w.pattern, Pattern::Interleaved { .. }) {
-        offs.truncate(w.bytes.div_ceil(w.bs) as usize);
-    }
-    let streams = match w.pattern {
-        Pattern::Interleaved { n } => n,
-        _ => 1,
-    };
-    // For interleaved streams: stream k reads the k-th part of the bytes
-    // read, forward, each part to its end. (With the parts spread over the
-    // whole file and cut short, as `--bytes` once did, every stream's last
-    // windows read past where it stopped: `--quick` read 1.76 device bytes
-    // per requested byte, in the kernel and in ahead alike, a measure of
-    // where the run was cut rather than of the streams.)
-    let parts: Vec<Vec<u64>> = if streams > 1 {
-        let span =
-            (if w.bytes > 0 { w.bytes.min(size) } else { size }) / streams as u64 / w.bs * w.bs;
-        (0..streams as u64)
-            .map(|k| (0..span / w.bs).map(|i| k * span + i * w.bs).collect())
-            .collect()
-    } else {
-        vec![offs]
-    };
+    let (parts, streams) = parts_for(w, size);
     match engine {
         Engine::Kernel | Engine::KernelDirect => {
             let direct = matches!(engine, Engine::KernelDirect);
@@ -303,33 +284,101 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> crate::Result<Measurem
             let file = eng
                 .open_with(path, &ahead::OpenOptions::new().mode(*mode))
                 .map_err(|e| e.to_string())?;
-            if w.warm {
-                for p in &parts {
-                    ahead_reads(&file, false, w.bs, p, None)?;
-                }
-            }
-            let mut m = if w.depth > 1 && streams == 1 {
-                let mut all = parts.into_iter().next().unwrap();
-                ahead_at_depth(&file, w.bs, &mut all, w.depth, w.latency)?
-            } else {
-                timed_threads(parts, w.latency, |offs, lat| {
-                    ahead_reads(&file, *zero_copy, w.bs, offs, lat)
-                })?
-            };
-            m.stats = Some(if *mode == ahead::Mode::Direct {
-                eng.stats()
-            } else {
-                file.stats()
-            });
-            m.direct = file.is_direct();
-            m.fixed_reads = Some(eng.fixed_reads());
-            Ok(m)
+            measure_ahead(&eng, &file, parts, streams, w, *zero_copy)
         }
         Engine::DeviceLimit => {
             let all: Vec<u64> = parts.into_iter().flatten().collect();
             device_limit(path, w.bs, &all, w.depth.max(1))
         }
     }
+}
+
+/// The offsets each reader of `w` reads in a file of `size` bytes, and
+/// how many streams read them.
+fn parts_for(w: &Workload, size: u64) -> (Vec<Vec<u64>>, usize) {
+    let mut offs = offsets(w.pattern, size, w.bs, w.seed);
+    if w.bytes > 0 && !matches!(w.pattern, Pattern::Interleaved { .. }) {
+        offs.truncate(w.bytes.div_ceil(w.bs) as usize);
+    }
+    let streams = match w.pattern {
+        Pattern::Interleaved { n } => n,
+        _ => 1,
+    };
+    // For interleaved streams: stream k reads the k-th part of the bytes
+    // read, forward, each part to its end. (With the parts spread over the
+    // whole file and cut short, as `--bytes` once did, every stream's last
+    // windows read past where it stopped: `--quick` read 1.76 device bytes
+    // per requested byte, in the kernel and in ahead alike, a measure of
+    // where the run was cut rather than of the streams.)
+    let parts: Vec<Vec<u64>> = if streams > 1 {
+        let span =
+            (if w.bytes > 0 { w.bytes.min(size) } else { size }) / streams as u64 / w.bs * w.bs;
+        (0..streams as u64)
+            .map(|k| (0..span / w.bs).map(|i| k * span + i * w.bs).collect())
+            .collect()
+    } else {
+        vec![offs]
+    };
+    (parts, streams)
+}
+
+/// Runs the readers of `parts` through ahead's `file`.
+fn measure_ahead(
+    eng: &AheadEngine,
+    file: &ahead::File,
+    parts: Vec<Vec<u64>>,
+    streams: usize,
+    w: &Workload,
+    zero_copy: bool,
+) -> crate::Result<Measurement> {
+    if w.warm {
+        for p in &parts {
+            ahead_reads(file, false, w.bs, p, None)?;
+        }
+    }
+    let mut m = if w.depth > 1 && streams == 1 {
+        let mut all = parts.into_iter().next().unwrap();
+        ahead_at_depth(file, w.bs, &mut all, w.depth, w.latency)?
+    } else {
+        timed_threads(parts, w.latency, |offs, lat| {
+            ahead_reads(file, zero_copy, w.bs, offs, lat)
+        })?
+    };
+    m.stats = Some(if file.mode() == ahead::Mode::Direct {
+        eng.stats()
+    } else {
+        file.stats()
+    });
+    m.direct = file.is_direct();
+    m.fixed_reads = Some(eng.fixed_reads());
+    Ok(m)
+}
+
+/// `run` for an object (`s3://…`, `http(s)://…`): only ahead reads one;
+/// there is no kernel path, no device and nothing to drop from a cache.
+fn run_url(url: &str, engine: &Engine, w: &Workload) -> crate::Result<Measurement> {
+    let Engine::Ahead {
+        config, zero_copy, ..
+    } = engine
+    else {
+        return Err(crate::Error::msg(format!(
+            "{url}: an object is read only by ahead (--mode direct)"
+        )));
+    };
+    let eng = AheadEngine::new(config.clone())?;
+    let file = eng.open_url(url)?;
+    let mut size = file.len();
+    if w.span > 0 {
+        size = size.min(w.span);
+    }
+    if size < w.bs {
+        return Err(crate::Error::msg(format!(
+            "{url}: {size} bytes, less than one request of {}",
+            w.bs
+        )));
+    }
+    let (parts, streams) = parts_for(w, size);
+    measure_ahead(&eng, &file, parts, streams, w, *zero_copy)
 }
 
 /// Reads the first `bytes` of `path` with O_DIRECT in 1 MiB requests:

@@ -52,7 +52,8 @@ impl EngineArgs {
 /// Arguments of `ahead read`.
 #[derive(Args, Debug)]
 pub struct ReadArgs {
-    /// The file to read.
+    /// The file to read, or an object (`s3://bucket/key`,
+    /// `http(s)://…`, with the AWS_* environment).
     file: PathBuf,
     /// Access pattern: seq, reverse, stride:GAP, random, interleaved:N.
     #[arg(long, default_value = "seq")]

@@ -39,3 +39,25 @@ fn cat_prints_objects_byte_for_byte_and_reports_a_missing_one() {
     );
     assert_eq!(o.stdout.len(), a.len());
 }
+
+#[test]
+fn read_runs_every_pattern_on_an_object_and_refuses_the_kernel_modes() {
+    let dir = scratch();
+    let server = Server::start(dir.path(), &["bkt"]).unwrap();
+    let mut a = vec![0u8; 4 << 20];
+    testdata::fill(&mut a, 0);
+    server.put("bkt", "a", a).unwrap();
+    for pattern in ["seq", "reverse", "stride:65536", "random", "interleaved:4"] {
+        let o = ahead_with(
+            &server,
+            &["read", "s3://bkt/a", "--pattern", pattern, "--bs", "64k", "--json"],
+        );
+        assert!(o.status.success(), "{pattern}: {}", stderr(&o));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(j["bytes"].as_u64().unwrap() > 0, "{pattern}: {j}");
+        assert_eq!(j["engine"], "ahead", "{pattern}: {j}");
+    }
+    let o = ahead_with(&server, &["read", "s3://bkt/a", "--mode", "kernel"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("only by ahead"), "{}", stderr(&o));
+}
