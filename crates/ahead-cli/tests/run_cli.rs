@@ -156,6 +156,11 @@ fn tac_gets_backward_hints_and_cat_none() {
     let file = lines_file(dir.path(), 16 << 20);
     let plain = out(Command::new(&tac).arg(&file));
     assert!(plain.status.success());
+    // Cold again, as a file tac is run on would be: the hints are for
+    // pages the kernel does not have.
+    let f = std::fs::File::open(&file).unwrap();
+    f.sync_all().unwrap();
+    ahead::residency::evict(&f, 0, 0).unwrap();
     let stats = dir.path().join("stats.json");
     let o = out(&mut ahead_cmd(&[
         "run",
