@@ -50,7 +50,15 @@ fn read_runs_every_pattern_on_an_object_and_refuses_the_kernel_modes() {
     for pattern in ["seq", "reverse", "stride:65536", "random", "interleaved:4"] {
         let o = ahead_with(
             &server,
-            &["read", "s3://bkt/a", "--pattern", pattern, "--bs", "64k", "--json"],
+            &[
+                "read",
+                "s3://bkt/a",
+                "--pattern",
+                pattern,
+                "--bs",
+                "64k",
+                "--json",
+            ],
         );
         assert!(o.status.success(), "{pattern}: {}", stderr(&o));
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
