@@ -5,13 +5,13 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use rustix::fs::OFlags;
 use std::time::Duration;
 
 use super::kernel::{start_hinter, Hint, KernelFile, Mode};
-use super::{File, FileInner, Served};
+use super::{File, Parts, Served};
 use crate::cache::{EvictionKind, PageCache, Stats};
 use crate::io::ReadSource;
 use crate::io::{Backend, BackendKind};
@@ -486,7 +486,6 @@ impl Engine {
         let policy_kind = opts.policy.unwrap_or(self.shared.config.policy);
         let fd = Arc::new(fd);
         let policy = ra::new_policy(policy_kind, ra);
-        let hit_path = self.shared.config.lock_free_hits && policy.calls() == ra::Calls::OnDemand;
         let kernel = match opts.mode {
             Mode::Direct => None,
             mode => {
@@ -513,27 +512,19 @@ impl Engine {
                 ))
             }
         };
-        Ok(File {
-            inner: Arc::new(FileInner {
-                served: Served::default(),
-                engine: self.shared.clone(),
-                id,
-                path: path.into(),
-                source: fd.clone(),
-                fd: Some(fd),
-                #[cfg(feature = "remote")]
-                object: None,
-                direct,
-                kernel,
-                policy: Mutex::new(policy),
-                hits_seen: super::hit_queues(),
-                hits_queued: std::sync::atomic::AtomicBool::new(false),
-                hit_path,
-                advice: Mutex::new(Vec::new()),
-                advised: std::sync::atomic::AtomicBool::new(false),
-                stamp: Mutex::new(stamp),
-            }),
-        })
+        Ok(File::assemble(Parts {
+            engine: self.shared.clone(),
+            id,
+            path: path.into(),
+            source: fd.clone(),
+            fd: Some(fd),
+            #[cfg(feature = "remote")]
+            object: None,
+            direct,
+            kernel,
+            policy,
+            stamp,
+        }))
     }
 
     /// The engine's hint thread, started on first use.

@@ -118,6 +118,52 @@ struct FileInner {
     stamp: Mutex<Version>,
 }
 
+/// What differs between a file and an object when one is opened: the
+/// rest of a [`File`]'s state starts the same for both.
+struct Parts {
+    engine: Arc<Shared>,
+    id: cache::FileId,
+    path: PathBuf,
+    source: Arc<dyn ReadSource>,
+    fd: Option<Arc<OwnedFd>>,
+    #[cfg(feature = "remote")]
+    object: Option<Arc<crate::remote::ObjectSource>>,
+    direct: bool,
+    kernel: Option<kernel::KernelFile>,
+    policy: Box<dyn Policy>,
+    stamp: Version,
+}
+
+impl File {
+    /// A file (or object) opened by an engine, from its parts.
+    fn assemble(p: Parts) -> File {
+        // The hit path serves reads the policy needs to see only in
+        // order (on-demand policies).
+        let hit_path = p.engine.config.lock_free_hits && p.policy.calls() == ra::Calls::OnDemand;
+        File {
+            inner: Arc::new(FileInner {
+                served: Served::default(),
+                engine: p.engine,
+                id: p.id,
+                path: p.path,
+                source: p.source,
+                fd: p.fd,
+                #[cfg(feature = "remote")]
+                object: p.object,
+                direct: p.direct,
+                kernel: p.kernel,
+                policy: Mutex::new(p.policy),
+                hits_seen: hit_queues(),
+                hits_queued: std::sync::atomic::AtomicBool::new(false),
+                hit_path,
+                advice: Mutex::new(Vec::new()),
+                advised: std::sync::atomic::AtomicBool::new(false),
+                stamp: Mutex::new(p.stamp),
+            }),
+        }
+    }
+}
+
 impl Drop for FileInner {
     fn drop(&mut self) {
         self.engine.cache.close_file(self.id);

@@ -3,13 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 use super::engine::{Engine, Shared};
-use super::{File, FileInner, Served};
+use super::{File, Parts};
 use crate::io::ReadSource;
 use crate::ra::{self, RaConfig};
 use crate::remote::{ObjectSource, RemoteStats, Runtime};
@@ -49,27 +49,18 @@ impl Engine {
         shared.cache.open_file(id, stamp.size);
         let kind = shared.config.policy;
         let policy = ra::new_policy(kind, RaConfig::with_max_pages(shared.max_ra_pages));
-        let hit_path = shared.config.lock_free_hits && policy.calls() == ra::Calls::OnDemand;
-        Ok(File {
-            inner: Arc::new(FileInner {
-                served: Served::default(),
-                engine: shared.clone(),
-                id,
-                path: PathBuf::from(name),
-                source: object.clone(),
-                fd: None,
-                object: Some(object),
-                direct: true,
-                kernel: None,
-                policy: Mutex::new(policy),
-                hits_seen: super::hit_queues(),
-                hits_queued: std::sync::atomic::AtomicBool::new(false),
-                hit_path,
-                advice: Mutex::new(Vec::new()),
-                advised: std::sync::atomic::AtomicBool::new(false),
-                stamp: Mutex::new(stamp),
-            }),
-        })
+        Ok(File::assemble(Parts {
+            engine: shared.clone(),
+            id,
+            path: PathBuf::from(name),
+            source: object.clone(),
+            fd: None,
+            object: Some(object),
+            direct: true,
+            kernel: None,
+            policy,
+            stamp,
+        }))
     }
 }
 

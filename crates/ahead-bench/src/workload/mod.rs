@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use ahead::io::{AlignedBuf, Backend, IoBuf, ReadOp};
 use ahead::{Engine as AheadEngine, EngineConfig};
 
+mod object;
+use object::run_url;
+
 /// An access pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pattern {
@@ -352,33 +355,6 @@ fn measure_ahead(
     m.direct = file.is_direct();
     m.fixed_reads = Some(eng.fixed_reads());
     Ok(m)
-}
-
-/// `run` for an object (`s3://…`, `http(s)://…`): only ahead reads one;
-/// there is no kernel path, no device and nothing to drop from a cache.
-fn run_url(url: &str, engine: &Engine, w: &Workload) -> crate::Result<Measurement> {
-    let Engine::Ahead {
-        config, zero_copy, ..
-    } = engine
-    else {
-        return Err(crate::Error::msg(format!(
-            "{url}: an object is read only by ahead (--mode direct)"
-        )));
-    };
-    let eng = AheadEngine::new(config.clone())?;
-    let file = eng.open_url(url)?;
-    let mut size = file.len();
-    if w.span > 0 {
-        size = size.min(w.span);
-    }
-    if size < w.bs {
-        return Err(crate::Error::msg(format!(
-            "{url}: {size} bytes, less than one request of {}",
-            w.bs
-        )));
-    }
-    let (parts, streams) = parts_for(w, size);
-    measure_ahead(&eng, &file, parts, streams, w, *zero_copy)
 }
 
 /// Reads the first `bytes` of `path` with O_DIRECT in 1 MiB requests:
