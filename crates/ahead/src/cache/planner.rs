@@ -19,6 +19,8 @@ pub(crate) struct Planner<'a> {
     /// the rest asynchronously.
     pub(crate) request: std::ops::Range<u64>,
     pub(crate) plans: Vec<Plan>,
+    /// What the file's source charges, where the engine knows it.
+    pub(crate) device: Option<ra::DeviceCost>,
 }
 
 impl Planner<'_> {
@@ -164,6 +166,9 @@ impl ra::CacheView for Planner<'_> {
     fn capacity_pages(&self) -> Option<u64> {
         // What readahead may hold: the frames beyond the demand reserve.
         Some(self.cache.readahead_frames() as u64)
+    }
+    fn device_cost(&self) -> Option<ra::DeviceCost> {
+        self.device
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Table {
     pub pages_read: u64,
     /// What [`CacheView::capacity_pages`] answers.
     pub capacity: Option<u64>,
+    /// What [`CacheView::device_cost`] answers.
+    pub device: Option<super::DeviceCost>,
 }
 
 impl CacheView for Table {
@@ -56,6 +58,9 @@ impl CacheView for Table {
     }
     fn capacity_pages(&self) -> Option<u64> {
         self.capacity
+    }
+    fn device_cost(&self) -> Option<super::DeviceCost> {
+        self.device
     }
 }
 
@@ -191,6 +196,7 @@ impl Sim {
                 demand_ios: 0,
                 pages_read: 0,
                 capacity: None,
+                device: None,
             },
         }
     }

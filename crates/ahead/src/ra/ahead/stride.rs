@@ -109,8 +109,11 @@ impl Reach {
             irregular: cost.map_or(Through::Gap(MERGE_GAP), |c| {
                 Through::Gap(c.latency_pages / (2 * THROUGH_MARGIN))
             }),
+            // A source that serves more requests at once than a disk (an
+            // object store: the engine's requests in flight) may have as
+            // many runs in a window.
             max_runs: cost.map_or(STRIDE_MAX_RUNS, |c| {
-                (2 * c.parallelism).clamp(1, STRIDE_MAX_RUNS)
+                (2 * c.parallelism).clamp(1, STRIDE_MAX_RUNS.max(c.parallelism))
             }),
         }
     }

@@ -273,6 +273,39 @@ fn stride_is_confirmed_twice_then_read_as_runs() {
     assert!(s.demand_ios() <= 3, "demand I/Os: {}", s.demand_ios());
 }
 
+/// The most runs any strided window of a 1-page-every-32 stride held, on
+/// a device that serves `parallelism` requests at once.
+fn most_runs(parallelism: Option<u64>) -> u64 {
+    let mut s = sim(4096);
+    s.cache.device = parallelism.map(|p| crate::ra::DeviceCost {
+        request_pages: 0,
+        latency_pages: 0,
+        parallelism: p,
+    });
+    for k in 0..3000u64 {
+        s.read(10_000 + k * 32, 1);
+    }
+    s.windows()
+        .iter()
+        .filter_map(|w| match w.shape {
+            Shape::Strided { period, .. } => Some(w.size.div_ceil(period)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_source_serving_many_requests_at_once_gets_more_runs_per_window() {
+    // A disk: at most STRIDE_MAX_RUNS, whatever its queue.
+    assert!(most_runs(None) <= STRIDE_MAX_RUNS);
+    assert!(most_runs(Some(16)) <= STRIDE_MAX_RUNS);
+    assert!(most_runs(Some(32)) <= STRIDE_MAX_RUNS);
+    // An object store with 64 requests in flight: up to 64 runs.
+    let runs = most_runs(Some(64));
+    assert!(runs > STRIDE_MAX_RUNS && runs <= 64, "{runs}");
+}
+
 #[test]
 fn a_short_stride_gap_is_read_through() {
     let mut s = sim(64);
