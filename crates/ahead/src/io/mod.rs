@@ -83,16 +83,10 @@ impl IoBuf {
         }
     }
 
-    /// Copies `data` into the buffer's first `data.len()` bytes (clipped
-    /// to its capacity); the bytes copied. For a source that gets its
-    /// bytes in memory (an object's response body) rather than reading
-    /// into the buffer.
-    pub fn fill_from(&mut self, data: &[u8]) -> usize {
-        self.fill_at(0, data)
-    }
-
     /// Copies `data` into the buffer from byte `skip` on (clipped to its
-    /// capacity); the bytes copied.
+    /// capacity); the bytes copied. For a source that gets its bytes in
+    /// memory (an object's response body, chunk by chunk) rather than
+    /// reading into the buffer.
     pub fn fill_at(&mut self, skip: usize, data: &[u8]) -> usize {
         if skip >= self.capacity() {
             return 0;

@@ -470,10 +470,8 @@ impl ReadSource for ObjectSource {
         None
     }
 
-    fn read_at(&self, buf: &mut [u8], offset: u64, _flags: i32) -> io::Result<usize> {
-        let got = self.get(offset, buf.len() as u64)?;
-        buf[..got.len()].copy_from_slice(&got);
-        Ok(got.len())
+    fn read_at(&self, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize> {
+        self.read_parts(&mut [buf], offset, flags)
     }
 
     fn read_parts(&self, parts: &mut [&mut [u8]], offset: u64, _flags: i32) -> io::Result<usize> {
