@@ -47,10 +47,12 @@ enum ProgressKind {
 /// Arguments of `ahead copy`.
 #[derive(Args, Debug)]
 pub struct CopyArgs {
-    /// Source: a file, a block device, or a pipe (copied as a stream).
+    /// Source: a file, a block device, a pipe (copied as a stream), or an
+    /// object (s3://bucket/key, http(s)://…: a parallel ranged download).
     src: PathBuf,
     /// Destination: a file (replaced atomically), a directory to copy into,
-    /// or a block device (written in place; refused while mounted).
+    /// a block device (written in place; refused while mounted), or an
+    /// object (s3://bucket/key: a multipart upload of a regular file).
     dst: PathBuf,
     /// Copy a directory tree (files, directories, symbolic links).
     #[arg(short = 'r', long)]
@@ -265,6 +267,29 @@ pub fn run(args: CopyArgs) -> Result<ExitCode> {
         }
         _ => {}
     };
+    let (src_url, dst_url) = (as_url(&args.src), as_url(&args.dst));
+    if src_url.is_some() || dst_url.is_some() {
+        let result = match (src_url, dst_url) {
+            (Some(_), Some(_)) => {
+                anyhow::bail!(
+                    "copying from one object to another is not supported: download, then upload"
+                )
+            }
+            _ if args.recursive => {
+                anyhow::bail!("-r copies local trees; objects are copied one at a time")
+            }
+            (Some(u), None) => ahead::copy::download(u, &args.dst, &opts, &on_progress),
+            (None, Some(u)) => ahead::copy::upload(&args.src, u, &opts, &on_progress),
+            (None, None) => unreachable!("one of them is a URL"),
+        };
+        if let Some(b) = &bar {
+            b.finish_and_clear();
+        }
+        return match result {
+            Ok(r) => report(&r, args.json),
+            Err(e) => Ok(fail(e)),
+        };
+    }
     let tree = args.recursive && args.src.is_dir();
     if tree {
         let result = ahead::copy::copy_tree(&args.src, &args.dst, &opts, &on_progress);
@@ -283,13 +308,22 @@ pub fn run(args: CopyArgs) -> Result<ExitCode> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => return Ok(fail(e)),
-    };
+    match result {
+        Ok(r) => report(&r, args.json),
+        Err(e) => Ok(fail(e)),
+    }
+}
+
+/// `p` as a URL, where it is one.
+fn as_url(p: &std::path::Path) -> Option<&str> {
+    p.to_str().filter(|s| ahead::remote::is_url(s))
+}
+
+/// Prints a finished copy's report (as JSON with `as_json`).
+fn report(report: &CopyReport, as_json: bool) -> Result<ExitCode> {
     let mut out = String::new();
-    if args.json {
-        out = serde_json::to_string_pretty(&summary(&report))? + "\n";
+    if as_json {
+        out = serde_json::to_string_pretty(&summary(report))? + "\n";
     } else {
         use std::fmt::Write as _;
         writeln!(

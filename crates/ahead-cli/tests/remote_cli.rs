@@ -69,3 +69,91 @@ fn read_runs_every_pattern_on_an_object_and_refuses_the_kernel_modes() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("only by ahead"), "{}", stderr(&o));
 }
+
+#[test]
+fn copy_uploads_and_downloads_byte_identical_verified_and_cache_neutral() {
+    let dir = scratch();
+    let server = Server::start(&dir.path().join("store"), &["bkt"]).unwrap();
+    let work = dir.path();
+    // Three parts of 8 MiB and a short last one; and one under a part.
+    for (name, size) in [("big", (21u64 << 20) + 7), ("small", 100_000)] {
+        let src = common::gen(work, name, size);
+        let url = format!("s3://bkt/up/{name}");
+        let o = ahead_with(
+            &server,
+            &["copy", src.to_str().unwrap(), &url, "--verify", "--json"],
+        );
+        let up = common::ok_json(&o);
+        assert_eq!(up["bytes"].as_u64(), Some(size), "{up}");
+        let method = if size > 8 << 20 { "multipart" } else { "put" };
+        assert_eq!(up["method"], method, "{up}");
+        let sum = up["checksum"].as_str().unwrap().to_owned();
+        assert!(sum.starts_with("xxh3-chunks:"), "{up}");
+
+        let dst = work.join(format!("{name}.back"));
+        let o = ahead_with(
+            &server,
+            &["copy", &url, dst.to_str().unwrap(), "--verify", "--json"],
+        );
+        let down = common::ok_json(&o);
+        assert_eq!(down["bytes"].as_u64(), Some(size), "{down}");
+        assert_eq!(down["read_path"], "ranged-get", "{down}");
+        assert!(down["checksum"]
+            .as_str()
+            .unwrap()
+            .starts_with("xxh3-chunks:"));
+        // Neutral: nothing of the destination stays cached.
+        assert_eq!(down["dst_cached_pages_after"].as_u64(), Some(0), "{down}");
+        assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&dst).unwrap());
+    }
+    // Into a directory: the object's last name.
+    let o = ahead_with(
+        &server,
+        &["copy", "s3://bkt/up/small", work.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(work.join("small")).unwrap(),
+        std::fs::read(work.join("small.back")).unwrap()
+    );
+}
+
+#[test]
+fn copy_of_a_missing_object_or_to_a_missing_bucket_fails_and_leaves_nothing() {
+    let dir = scratch();
+    let server = Server::start(&dir.path().join("store"), &["bkt"]).unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let dst = out.join("x");
+    let o = ahead_with(&server, &["copy", "s3://bkt/none", dst.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("s3://bkt/none"), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_dir(&out).unwrap().count(),
+        0,
+        "left something"
+    );
+
+    let src = common::gen(dir.path(), "src", 1 << 20);
+    let o = ahead_with(&server, &["copy", src.to_str().unwrap(), "s3://nobucket/k"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("s3://nobucket/k"), "{}", stderr(&o));
+    // An upload whose parts fail after the first: an error, and no
+    // object under the name (the parts sent are aborted).
+    let big = common::gen(dir.path(), "big", 30 << 20);
+    server
+        .faults()
+        .parts_ok
+        .store(1, std::sync::atomic::Ordering::Relaxed);
+    let o = ahead_with(&server, &["copy", big.to_str().unwrap(), "s3://bkt/half"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("s3://bkt/half"), "{}", stderr(&o));
+    let o = ahead_with(&server, &["cat", "s3://bkt/half"]);
+    assert!(stderr(&o).contains("no such object"), "{}", stderr(&o));
+    // A directory is not uploaded, nor one object copied to another.
+    let o = ahead_with(&server, &["copy", out.to_str().unwrap(), "s3://bkt/k"]);
+    assert!(!o.status.success());
+    let o = ahead_with(&server, &["copy", "s3://bkt/a", "s3://bkt/b"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not supported"), "{}", stderr(&o));
+}

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ahead::copy::CopyOptions;
 use ahead::testdata::{self, s3::Server};
 use ahead::{Engine, EngineConfig, File};
 use object_store::path::Path as ObjectPath;
@@ -334,4 +335,164 @@ fn on_a_real_ceph_cluster_reads_are_exact_and_held_to_one_version() {
     assert!(file.refresh().unwrap().changed);
     file.read_at(&mut small, at).unwrap();
     assert_eq!(testdata::first_mismatch(&small, at + 1), None);
+    // `ahead copy` both ways: a multipart upload (radosgw's
+    // CompleteMultipartUpload answers with an empty ETag; the HEAD after it
+    // has the right one) and a verified download, byte-identical.
+    let src = scratch.path().join("src");
+    testdata::write_file(&src, (20 << 20) + 3).unwrap();
+    let mut opts = CopyOptions::default();
+    opts.verify = true;
+    let up = ahead::copy::upload_object(
+        &src,
+        store.clone(),
+        ObjectPath::from("up"),
+        "s3://ahead/up",
+        &opts,
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(up.method, "multipart");
+    let dst = scratch.path().join("dst");
+    let down = ahead::copy::download_object(
+        store,
+        ObjectPath::from("up"),
+        "s3://ahead/up",
+        &dst,
+        &opts,
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(up.checksum, down.checksum);
+    assert_eq!(std::fs::read(&src).unwrap(), std::fs::read(&dst).unwrap());
+}
+
+fn download_opts() -> CopyOptions {
+    let mut o = CopyOptions::default();
+    o.chunk = Some(1 << 20);
+    o.depth = 1;
+    o.verify = true;
+    o
+}
+
+#[test]
+fn a_download_is_exact_verified_and_never_of_two_versions() {
+    let f = fixture();
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    f.put("obj", object_bytes(SIZE, 0));
+    let store = f.server.store(BUCKET).unwrap();
+    let dst = dir.path().join("out");
+    let r = ahead::copy::download_object(
+        store.clone(),
+        ObjectPath::from("obj"),
+        "s3://data/obj",
+        &dst,
+        &download_opts(),
+        &|_| {},
+    )
+    .unwrap();
+    assert_eq!(r.bytes, SIZE as u64);
+    assert!(r.checksum.is_some());
+    assert_eq!(
+        testdata::first_mismatch(&std::fs::read(&dst).unwrap(), 0),
+        None
+    );
+    // Overwritten after its first chunk: an error, and the destination is
+    // the old whole copy (no half-new file under its name).
+    let put_once = std::sync::Once::new();
+    let overwrite = |p: ahead::copy::Progress| {
+        if p.done >= 1 << 20 {
+            put_once.call_once(|| f.put("obj", object_bytes(SIZE, 1)));
+        }
+    };
+    let err = ahead::copy::download_object(
+        store,
+        ObjectPath::from("obj"),
+        "s3://data/obj",
+        &dst,
+        &download_opts(),
+        &overwrite,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("s3://data/obj") && err.contains("changed"),
+        "{err}"
+    );
+    assert_eq!(
+        testdata::first_mismatch(&std::fs::read(&dst).unwrap(), 0),
+        None
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .filter(|n| n != "out")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn an_interrupted_download_resumes_only_from_the_same_version() {
+    let f = fixture();
+    let dir = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
+    f.put("obj", object_bytes(SIZE, 0));
+    let store = f.server.store(BUCKET).unwrap();
+    let dst = dir.path().join("out");
+    let get = |opts: &CopyOptions, progress: &(dyn Fn(ahead::copy::Progress) + Sync)| {
+        ahead::copy::download_object(
+            store.clone(),
+            ObjectPath::from("obj"),
+            "s3://data/obj",
+            &dst,
+            opts,
+            progress,
+        )
+    };
+    // Stopped after three chunks: an Interrupted error, the temporary file
+    // and its journal kept.
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut opts = download_opts();
+    opts.cancel = Some(cancel.clone());
+    let stop = |p: ahead::copy::Progress| {
+        if p.done >= 3 << 20 {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
+    match get(&opts, &stop) {
+        Err(ahead::Error::Io { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::Interrupted)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!dst.exists());
+    // Resumed: only the rest is fetched.
+    let mut resume = download_opts();
+    resume.resume = true;
+    let before = f
+        .server
+        .faults()
+        .failed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let r = get(&resume, &|_| {}).unwrap();
+    assert_eq!(before, 0);
+    assert_eq!(r.resumed_bytes, 3 << 20, "{r:?}");
+    assert_eq!(
+        testdata::first_mismatch(&std::fs::read(&dst).unwrap(), 0),
+        None
+    );
+    // Interrupted again, then the object changes: --resume is refused.
+    std::fs::remove_file(&dst).unwrap();
+    cancel.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(get(&opts, &stop).is_err());
+    f.put("obj", object_bytes(SIZE, 1));
+    match get(&resume, &|_| {}) {
+        Err(ahead::Error::Refused { why, .. }) => assert!(why.contains("changed"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Started over without --resume: the new version, whole.
+    get(&download_opts(), &|_| {}).unwrap();
+    assert_eq!(
+        testdata::first_mismatch(&std::fs::read(&dst).unwrap(), 1),
+        None
+    );
 }

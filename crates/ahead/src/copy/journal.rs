@@ -168,6 +168,8 @@ pub struct SourceId {
     pub block: bool,
     /// Chunk size the offsets are multiples of.
     pub chunk: u64,
+    /// For an object: a hash of its URL and ETag (0 for a file).
+    pub object: u128,
 }
 
 /// What binds a journal to its copy.
@@ -208,7 +210,7 @@ impl Header {
         let s = &self.src;
         format!(
             "{MAGIC} token={} dir={}:{} name={} tmp={} tmp_id={}:{} size={} mtime_ns={} \
-             ctime_ns={} ino={} dev={} block={} chunk={}\n",
+             ctime_ns={} ino={} dev={} block={} chunk={} object={:032x}\n",
             self.token,
             self.dir.0,
             self.dir.1,
@@ -222,7 +224,8 @@ impl Header {
             s.ino,
             s.dev,
             u8::from(s.block),
-            s.chunk
+            s.chunk,
+            s.object
         )
     }
 
@@ -254,6 +257,12 @@ impl Header {
                 dev: num("dev")?,
                 block: num("block")? == 1,
                 chunk: num("chunk")?,
+                // (Journals written before objects could be copied have
+                // no such field: they were of files.)
+                object: match f.get("object") {
+                    Some(v) => u128::from_str_radix(v, 16).ok()?,
+                    None => 0,
+                },
             },
         };
         (h.src.chunk > 0 && !h.token.is_empty()).then_some(h)
@@ -445,6 +454,7 @@ mod tests {
                 dev: 7,
                 block: false,
                 chunk: 1 << 20,
+                object: 0xfeed_0000_0000_0000_0000_0000_beef,
             },
         }
     }

@@ -48,9 +48,13 @@ mod journal;
 mod place;
 mod tree;
 
+#[cfg(feature = "remote")]
+pub use object::{download, download_object, upload, upload_object};
 pub use tree::{copy_tree, TreeReport};
 
 mod dest;
+#[cfg(feature = "remote")]
+mod object;
 mod plan;
 mod run;
 mod source;
@@ -207,6 +211,12 @@ const WRITE_WINDOWS: usize = 8;
 /// Bounds on the tuned chunk size.
 const MIN_CHUNK: u64 = 1 << 20;
 const MAX_CHUNK: u64 = 8 << 20;
+/// An object's chunk: one ranged GET each. AWS's performance guidelines
+/// name 8 and 16 MB as typical sizes for byte-range fetches.
+const OBJECT_CHUNK: u64 = 8 << 20;
+/// An object has no mode: its copy is made as curl -o and `aws s3 cp` make
+/// theirs, 0666 less the umask.
+const OBJECT_MODE: u32 = 0o666;
 
 /// An I/O flag (RWF_DONTCACHE) probed by its first uses and shared by the
 /// threads: until it has worked once, EOPNOTSUPP or EINVAL means "not on

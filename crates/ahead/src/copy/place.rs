@@ -46,10 +46,19 @@ pub(super) enum SrcKind {
 
 /// An open source.
 pub(super) struct Source {
-    pub file: File,
     pub path: PathBuf,
-    pub meta: fs::Metadata,
     pub kind: SrcKind,
+    pub origin: Origin,
+}
+
+/// Where a source's bytes come from.
+pub(super) enum Origin {
+    /// A file, block device or stream, open, as fstat(2) found it.
+    Local { file: File, meta: fs::Metadata },
+    /// An object in a store, read by ranged GETs held to the version (the
+    /// ETag) it had when it was opened.
+    #[cfg(feature = "remote")]
+    Object(std::sync::Arc<crate::remote::ObjectSource>),
 }
 
 fn io_err<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(rustix::io::Errno) -> Error + 'p {
@@ -111,11 +120,29 @@ impl Source {
             SrcKind::Stream
         };
         Ok(Source {
-            file,
             path,
-            meta,
             kind,
+            origin: Origin::Local { file, meta },
         })
+    }
+
+    /// An object, opened (its size and ETag taken): `path` is its URL.
+    #[cfg(feature = "remote")]
+    pub fn object(object: std::sync::Arc<crate::remote::ObjectSource>, size: u64) -> Source {
+        Source {
+            path: PathBuf::from(object.url()),
+            kind: SrcKind::Regular(size),
+            origin: Origin::Object(object),
+        }
+    }
+
+    /// The open file and what fstat(2) said of it; `None` for an object.
+    pub fn local(&self) -> Option<(&File, &fs::Metadata)> {
+        match &self.origin {
+            Origin::Local { file, meta } => Some((file, meta)),
+            #[cfg(feature = "remote")]
+            Origin::Object(_) => None,
+        }
     }
 
     /// The size, where it can be trusted.
@@ -217,7 +244,10 @@ pub(super) fn in_dir(
         Ok(st) => {
             let ft = rustix::fs::FileType::from_raw_mode(st.st_mode);
             use rustix::fs::FileType as T;
-            if (st.st_dev, st.st_ino) == (src.meta.dev(), src.meta.ino()) && ft != T::Symlink {
+            let same = src
+                .local()
+                .is_some_and(|(_, m)| (st.st_dev, st.st_ino) == (m.dev(), m.ino()));
+            if same && ft != T::Symlink {
                 return Err(refused(&path, "source and destination are the same file"));
             }
             match ft {
@@ -265,7 +295,10 @@ fn open_block(src: &Source, path: &Path, seen: &fs::Metadata) -> Result<Target> 
     if !m.file_type().is_block_device() || m.rdev() != seen.rdev() {
         return Err(refused(path, "changed while it was being opened"));
     }
-    if src.meta.file_type().is_block_device() && same_disk(src.meta.rdev(), m.rdev()) {
+    let src_disk = src
+        .local()
+        .filter(|(_, sm)| sm.file_type().is_block_device());
+    if src_disk.is_some_and(|(_, sm)| same_disk(sm.rdev(), m.rdev())) {
         return Err(refused(
             path,
             "source and destination are the same disk (or one is a partition of the other)",

@@ -18,11 +18,14 @@ use super::dest::{cached_pages, preserve, DstWriter, TmpGuard};
 use super::journal::{self, ChunkSum, Header, Journal, SourceId, StateDir};
 use super::place::{self, Source, SrcKind, Target};
 use super::plan::{data_extents, interleave, plan, tuned_chunk, MAX_CHUNK_BYTES};
-use super::source::{source_id, SrcReader};
+use super::source::{source_id, Reader, SrcReader};
 use super::stream::copy_stream;
-use super::verify::checksum;
+use super::verify::{checksum, chunk_sums, digest_chunk_sums, CHUNK_SUMS};
 use super::worker::{copy_worker, Shared};
-use super::{io_err, refused, CacheMode, CopyOptions, CopyReport, Progress, ZERO_BLOCK};
+use super::{
+    io_err, refused, CacheMode, CopyOptions, CopyReport, Progress, OBJECT_CHUNK, OBJECT_MODE,
+    ZERO_BLOCK,
+};
 use crate::{residency, sys, Error, Result};
 
 /// The destination as the copy writes it.
@@ -58,15 +61,14 @@ pub(super) fn copy_to(
     }
     let chunk = opts
         .chunk
-        .unwrap_or_else(|| tuned_chunk(&source.meta))
+        .unwrap_or_else(|| source.local().map_or(OBJECT_CHUNK, |(_, m)| tuned_chunk(m)))
         .clamp(ZERO_BLOCK, MAX_CHUNK_BYTES)
         .div_ceil(ZERO_BLOCK)
         * ZERO_BLOCK;
     let mut report = CopyReport {
-        src_cached_before: if size.is_none() {
-            None
-        } else {
-            cached_pages(&source.file)
+        src_cached_before: match source.local() {
+            Some((file, _)) if size.is_some() => cached_pages(file),
+            _ => None,
         },
         ..CopyReport::default()
     };
@@ -93,7 +95,14 @@ pub(super) fn copy_to(
         progress,
         &mut report,
     )?;
-    finish(&source, &target, opened, src_sum, opts, &mut report)?;
+    finish(
+        &source,
+        &target,
+        opened,
+        (src_sum, chunk),
+        opts,
+        &mut report,
+    )?;
     report.elapsed = started.elapsed();
     Ok(report)
 }
@@ -131,14 +140,13 @@ pub(super) fn open_in_dir<'a>(
     chunk: u64,
     opts: &CopyOptions,
 ) -> Result<Opened<'a>> {
-    let src_meta = &source.meta;
     let size = source.size();
     let state_dir = state.and_then(|s| s.as_ref().ok());
     let mut done_chunks = HashMap::new();
     let dir_st = rustix::fs::fstat(dir).map_err(|e| Error::io("stat", path, None, e.into()))?;
     let dir_id = (dir_st.st_dev, dir_st.st_ino);
     let journal = lock_journal(state, dir_id, name, path, opts)?;
-    let src_id = source_id(src_meta, source.kind, chunk);
+    let src_id = source_id(source, chunk);
     let resumed = resumable_tmp(
         journal.as_ref(),
         dir,
@@ -274,14 +282,16 @@ fn new_tmp(
     src_id: Option<SourceId>,
     chunk: u64,
 ) -> Result<(File, Vec<u8>)> {
-    let src_meta = &source.meta;
     let token = sys::random_token().map_err(io_err("getrandom", path, None))?;
     let tmp_name = journal::tmp_name(place::bytes(name), &token);
     let tmp_path = path.with_file_name(place::os(&tmp_name));
     let f = place::create_tmp(
         dir,
         place::os(&tmp_name),
-        place::copy_mode(src_meta, false) & 0o777,
+        source
+            .local()
+            .map_or(OBJECT_MODE, |(_, m)| place::copy_mode(m, false))
+            & 0o777,
     )
     .map_err(io_err("create", &tmp_path, None))?;
     if let Some(j) = &journal {
@@ -300,6 +310,7 @@ fn new_tmp(
                 dev: 0,
                 block: false,
                 chunk,
+                object: 0,
             }),
         };
         j.start(&header).map_err(io_err("write", j.path(), None))?;
@@ -319,9 +330,6 @@ pub(super) fn write(
     progress: &(dyn Fn(Progress) + Sync),
     report: &mut CopyReport,
 ) -> Result<Option<String>> {
-    let src = source.path.as_path();
-    let src_file = &source.file;
-    let src_meta = &source.meta;
     let size = source.size();
     let stream = size.is_none();
     let dst_file = &opened.file;
@@ -329,7 +337,7 @@ pub(super) fn write(
     let done_chunks = &opened.done_chunks;
     let block_dst = matches!(target, Target::Block { .. });
 
-    let reader = SrcReader::new(src_file, src, opts);
+    let reader = Reader::new(source, opts);
     let writer = DstWriter::new(dst_file, dst_write_path, opts);
     // Reads the destination back: resumed chunks are checked against their
     // journal lines; copy_file_range'd chunks are hashed from it.
@@ -338,8 +346,10 @@ pub(super) fn write(
 
     // Reflink: whole file, shares extents, no cache touched.
     let mut reflinked = false;
-    if opts.reflink && !block_dst && !stream && src_meta.is_file() && done_chunks.is_empty() {
-        reflinked = rustix::fs::ioctl_ficlone(dst_file, src_file).is_ok();
+    if let Some((src_file, src_meta)) = source.local() {
+        if opts.reflink && !block_dst && !stream && src_meta.is_file() && done_chunks.is_empty() {
+            reflinked = rustix::fs::ioctl_ficlone(dst_file, src_file).is_ok();
+        }
     }
 
     if reflinked {
@@ -351,11 +361,12 @@ pub(super) fn write(
         });
     } else if let Some(size) = size {
         let io = (&reader, &writer, &readback);
-        write_chunks(
+        src_sum = write_chunks(
             source, target, opened, io, size, chunk, opts, progress, report,
         )?;
-    } else {
+    } else if let Some((src_file, _)) = source.local() {
         report.method = "stream";
+        let src = source.path.as_path();
         let (bytes, sum) = copy_stream(src_file, src, &writer, chunk, opts, progress)?;
         report.bytes = bytes;
         report.data_bytes = bytes;
@@ -366,7 +377,7 @@ pub(super) fn write(
         }
         src_sum = sum;
     }
-    report.read_path = reader.used.names();
+    report.read_path = reader.names();
     report.write_path = writer.used.names();
 
     Ok(src_sum)
@@ -380,26 +391,26 @@ fn write_chunks(
     source: &Source,
     target: &Target,
     opened: &Opened<'_>,
-    (reader, writer, readback): (&SrcReader<'_>, &DstWriter<'_>, &SrcReader<'_>),
+    (reader, writer, readback): (&Reader<'_>, &DstWriter<'_>, &SrcReader<'_>),
     size: u64,
     chunk: u64,
     opts: &CopyOptions,
     progress: &(dyn Fn(Progress) + Sync),
     report: &mut CopyReport,
-) -> Result<()> {
-    let (src_file, src_meta) = (&source.file, &source.meta);
+) -> Result<Option<String>> {
+    // A local regular file: its holes, residency and copy_file_range.
+    let src_file = source.local().filter(|(_, m)| m.is_file()).map(|(f, _)| f);
     let dst_file = &opened.file;
     let done_chunks = &opened.done_chunks;
     let block_dst = matches!(target, Target::Block { .. });
     let journal = opened.guard.as_ref().and_then(|g| g.journal.as_ref());
-    let extents = if src_meta.is_file() {
-        data_extents(src_file, size)
-    } else {
-        vec![(0, size)]
+    let extents = match src_file {
+        Some(f) => data_extents(f, size),
+        None => vec![(0, size)],
     };
     let mut tasks = plan(size, chunk, &extents);
-    let cfr = opts.cache == CacheMode::Keep && !block_dst && src_meta.is_file();
-    if !cfr && src_meta.is_file() {
+    let cfr = opts.cache == CacheMode::Keep && !block_dst && src_file.is_some();
+    if let (false, Some(src_file)) = (cfr, src_file) {
         // A chunk needs the device unless all its data is cached
         // (residency unseen: assume it does, and the order stays); a
         // resumed chunk is read back from the destination.
@@ -427,6 +438,9 @@ fn write_chunks(
         failed: AtomicBool::new(false),
         error: Mutex::new(None),
         journal,
+        // An object is not read twice to be verified: its chunks' sums are
+        // kept as they arrive.
+        sums: (opts.verify && source.local().is_none()).then(Mutex::default),
         started: Instant::now(),
         total: size,
     };
@@ -466,7 +480,11 @@ fn write_chunks(
     report.holes_bytes = shared.holes_bytes.into_inner();
     report.resumed_bytes = shared.resumed_bytes.into_inner();
     report.resume_rejected_chunks = shared.resume_rejected.into_inner();
-    Ok(())
+    Ok(shared.sums.map(|m| {
+        let mut sums = m.into_inner().unwrap_or_else(|p| p.into_inner());
+        sums.sort_unstable();
+        digest_chunk_sums(sums.into_iter().map(|(_, h)| h))
+    }))
 }
 
 /// Makes the destination durable, drops what the copy left in the cache,
@@ -476,13 +494,12 @@ pub(super) fn finish(
     source: &Source,
     target: &Target,
     opened: Opened<'_>,
-    src_sum: Option<String>,
+    (src_sum, chunk): (Option<String>, u64),
     opts: &CopyOptions,
     report: &mut CopyReport,
 ) -> Result<()> {
     let src = source.path.as_path();
-    let src_file = &source.file;
-    let src_meta = &source.meta;
+    let local = source.local();
     let stream = source.size().is_none();
     let block_dst = matches!(target, Target::Block { .. });
     let Opened {
@@ -508,18 +525,27 @@ pub(super) fn finish(
     if opts.cache != CacheMode::Keep {
         let _ = crate::residency::evict(&dst_file, 0, 0);
     }
-    if opts.cache == CacheMode::Drop && !stream {
+    if let (CacheMode::Drop, false, Some((src_file, _))) = (opts.cache, stream, local) {
         let _ = crate::residency::evict(src_file, 0, 0);
     }
     // Verify before the destination gets its name: a copy that does not
     // match never appears complete.
     if opts.verify {
         let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| match &src_sum {
-                Some(sum) => Ok(sum.clone()),
-                None => checksum(src_file, src, report.bytes, opts),
+            let a = s.spawn(|| match (&src_sum, local) {
+                (Some(sum), _) => Ok(sum.clone()),
+                (None, Some((src_file, _))) => checksum(src_file, src, report.bytes, opts),
+                (None, None) => Err(refused(src, "no checksum of the object was kept")),
             });
-            let b = checksum(&dst_file, dst_write_path, report.bytes, opts);
+            // An object's side is its chunks' sums as they arrived (reading
+            // it again would download it twice): the destination's is
+            // taken the same way.
+            let b = match &src_sum {
+                Some(sum) if sum.starts_with(CHUNK_SUMS) => {
+                    chunk_sums(&dst_file, dst_write_path, report.bytes, chunk, opts)
+                }
+                _ => checksum(&dst_file, dst_write_path, report.bytes, opts),
+            };
             (a.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), b)
         });
         let (a, b) = (a?, b?);
@@ -534,11 +560,14 @@ pub(super) fn finish(
     }
     if let (Target::InDir { dir, name, path }, Some(guard)) = (target, guard) {
         if opts.preserve {
-            preserve(&dst_file, src_meta).map_err(io_err(
-                "set the mode and times of",
-                dst_write_path,
-                None,
-            ))?;
+            // (An object has none: `copy_object` refuses `preserve`.)
+            if let Some((_, src_meta)) = local {
+                preserve(&dst_file, src_meta).map_err(io_err(
+                    "set the mode and times of",
+                    dst_write_path,
+                    None,
+                ))?;
+            }
         }
         // renameat replaces whatever is at the name (a link included) and
         // follows nothing.
@@ -551,7 +580,7 @@ pub(super) fn finish(
         }
     }
 
-    if !stream {
+    if let (false, Some((src_file, _))) = (stream, local) {
         report.src_cached_after = cached_pages(src_file);
     }
     report.dst_cached_after = if block_dst {

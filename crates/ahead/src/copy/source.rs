@@ -1,7 +1,7 @@
 //! Reading the source: O_DIRECT, RWF_DONTCACHE or plain reads, as the
 //! cache mode asks, and the source's identity for the journal.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -9,10 +9,68 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::journal::SourceId;
-use super::place::SrcKind;
+use super::place::{Origin, Source, SrcKind};
 use super::{aligned, bump, io_err, open_direct, CacheMode, CopyOptions, FlagProbe, Used};
 use crate::io::AlignedBuf;
 use crate::{residency, sys, Error, Result};
+
+/// Reads a copy's source: a local one as [`SrcReader`] does, an object by
+/// one ranged GET per chunk, conditional on the version the copy opened.
+pub(super) enum Reader<'a> {
+    Local(SrcReader<'a>),
+    #[cfg(feature = "remote")]
+    Object {
+        object: &'a crate::remote::ObjectSource,
+        path: &'a Path,
+    },
+}
+
+impl<'a> Reader<'a> {
+    pub(super) fn new(source: &'a Source, opts: &CopyOptions) -> Self {
+        match &source.origin {
+            Origin::Local { file, .. } => Reader::Local(SrcReader::new(file, &source.path, opts)),
+            #[cfg(feature = "remote")]
+            Origin::Object(object) => Reader::Object {
+                object,
+                path: &source.path,
+            },
+        }
+    }
+
+    /// The source's name, for messages.
+    pub(super) fn path(&self) -> &Path {
+        match self {
+            Reader::Local(r) => r.path,
+            #[cfg(feature = "remote")]
+            Reader::Object { path, .. } => path,
+        }
+    }
+
+    /// Fills `buf` from `offset`, as [`SrcReader::read_exact_at`].
+    pub(super) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        match self {
+            Reader::Local(r) => r.read_exact_at(buf, offset),
+            #[cfg(feature = "remote")]
+            Reader::Object { object, path } => {
+                use crate::io::ReadSource;
+                match object.read_at(buf, offset, 0) {
+                    Ok(n) if n == buf.len() => Ok(()),
+                    Ok(n) => Err(shrank(path, offset + n as u64)),
+                    Err(e) => Err(Error::io("read", path, Some(offset), object.explain(e))),
+                }
+            }
+        }
+    }
+
+    /// The read paths used, as a report names them.
+    pub(super) fn names(&self) -> String {
+        match self {
+            Reader::Local(r) => r.used.names(),
+            #[cfg(feature = "remote")]
+            Reader::Object { .. } => "ranged-get".into(),
+        }
+    }
+}
 
 /// Reads from the source without disturbing its cached pages (or with the
 /// behaviour of the other modes).
@@ -204,11 +262,30 @@ pub(super) fn shrank(path: &Path, at: u64) -> Error {
     )
 }
 
-/// The source's identity, as a journal records it.
-pub(super) fn source_id(meta: &fs::Metadata, kind: SrcKind, chunk: u64) -> Option<SourceId> {
-    let size = match kind {
+/// The source's identity, as a journal records it: a file's inode and
+/// times, an object's URL and ETag.
+pub(super) fn source_id(source: &Source, chunk: u64) -> Option<SourceId> {
+    let size = match source.kind {
         SrcKind::Regular(n) | SrcKind::Block(n) => n,
         SrcKind::Stream => return None,
+    };
+    let (meta, kind) = match &source.origin {
+        Origin::Local { meta, .. } => (meta, source.kind),
+        #[cfg(feature = "remote")]
+        Origin::Object(object) => {
+            let tag = object.etag()?;
+            let id = format!("{}\n{tag}", object.url());
+            return Some(SourceId {
+                size,
+                mtime_ns: 0,
+                ctime_ns: 0,
+                ino: 0,
+                dev: 0,
+                block: false,
+                chunk,
+                object: xxhash_rust::xxh3::xxh3_128(id.as_bytes()),
+            });
+        }
     };
     Some(SourceId {
         size,
@@ -218,5 +295,6 @@ pub(super) fn source_id(meta: &fs::Metadata, kind: SrcKind, chunk: u64) -> Optio
         dev: meta.dev(),
         block: matches!(kind, SrcKind::Block(_)),
         chunk,
+        object: 0,
     })
 }

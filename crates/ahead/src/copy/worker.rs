@@ -13,7 +13,7 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use super::dest::{is_zero, write_sparse, DstWriter, Zeroing};
 use super::journal::{ChunkSum, Journal};
 use super::plan::Task;
-use super::source::SrcReader;
+use super::source::{Reader, SrcReader};
 use super::{cancelled, interrupted, io_err, CopyOptions, Progress, ZERO_BLOCK};
 use crate::io::AlignedBuf;
 use crate::{Error, Result};
@@ -34,6 +34,9 @@ pub(super) struct Shared<'a> {
     pub(super) failed: AtomicBool,
     pub(super) error: Mutex<Option<Error>>,
     pub(super) journal: Option<&'a Journal>,
+    /// Each chunk's offset and XXH3-64, kept where the copy is verified
+    /// without reading its source again (an object).
+    pub(super) sums: Option<Mutex<Vec<(u64, u64)>>>,
     pub(super) started: Instant,
     pub(super) total: u64,
 }
@@ -41,9 +44,9 @@ pub(super) struct Shared<'a> {
 /// One copying thread's view: what it copies with, and its own buffers.
 struct Worker<'w, 's> {
     sh: &'w Shared<'s>,
-    reader: &'w SrcReader<'w>,
+    reader: &'w Reader<'w>,
     writer: &'w DstWriter<'w>,
-    src: &'w File,
+    src: Option<&'w File>,
     dst: &'w File,
     opts: &'w CopyOptions,
     block_dst: bool,
@@ -60,9 +63,9 @@ struct Worker<'w, 's> {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn copy_worker(
     sh: &Shared<'_>,
-    reader: &SrcReader<'_>,
+    reader: &Reader<'_>,
     writer: &DstWriter<'_>,
-    src: &File,
+    src: Option<&File>,
     dst: &File,
     opts: &CopyOptions,
     chunk: u64,
@@ -97,7 +100,7 @@ impl Worker<'_, '_> {
                 return Ok(());
             }
             if cancelled(self.opts) {
-                return Err(interrupted(self.reader.path));
+                return Err(interrupted(self.reader.path()));
             }
             let i = sh.next.fetch_add(1, Ordering::Relaxed) as usize;
             let Some(task) = sh.tasks.get(i) else {
@@ -129,6 +132,8 @@ impl Worker<'_, '_> {
                 ChunkSum::Xxh3(h) => xxh3_64(b) == *h,
             };
         if holds {
+            let sum = xxh3_64(b);
+            self.keep_sum(task.offset, sum);
             return Ok(true);
         }
         self.sh.resume_rejected.fetch_add(1, Ordering::Relaxed);
@@ -166,7 +171,7 @@ impl Worker<'_, '_> {
         let mut covered = 0;
         // What the journal will say the chunk holds: its bytes, with
         // zeroes for the source's holes.
-        let mut sum = sh.journal.map(|_| Xxh3::new());
+        let mut sum = (sh.journal.is_some() || sh.sums.is_some()).then(Xxh3::new);
         let mut hashed_to = task.offset;
         for &(off, len) in &task.data {
             covered += len;
@@ -202,17 +207,30 @@ impl Worker<'_, '_> {
             }
         }
         sh.data_bytes.fetch_add(data, Ordering::Relaxed);
-        if let (Some(j), Some(mut h)) = (sh.journal, sum) {
-            let line = if task.data.is_empty() {
-                ChunkSum::Hole
-            } else {
-                hash_zeroes(&mut h, task.offset + task.len - hashed_to, &self.zeroes);
-                ChunkSum::Xxh3(h.digest())
-            };
-            j.done(task.offset, line)
-                .map_err(io_err("write", j.path(), None))?;
+        if let Some(mut h) = sum {
+            hash_zeroes(&mut h, task.offset + task.len - hashed_to, &self.zeroes);
+            let digest = h.digest();
+            self.keep_sum(task.offset, digest);
+            if let Some(j) = sh.journal {
+                let line = if task.data.is_empty() {
+                    ChunkSum::Hole
+                } else {
+                    ChunkSum::Xxh3(digest)
+                };
+                j.done(task.offset, line)
+                    .map_err(io_err("write", j.path(), None))?;
+            }
         }
         Ok(())
+    }
+
+    /// Keeps a chunk's sum for the copy's verification, where it is kept.
+    fn keep_sum(&self, offset: u64, sum: u64) {
+        if let Some(sums) = &self.sh.sums {
+            sums.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((offset, sum));
+        }
     }
 
     /// A run by copy_file_range, while the copy uses it: true if done
@@ -222,7 +240,10 @@ impl Worker<'_, '_> {
         if !self.use_cfr.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        match copy_range(self.src, self.dst, off, len) {
+        let Some(src) = self.src else {
+            return Ok(false);
+        };
+        match copy_range(src, self.dst, off, len) {
             Ok(()) => {
                 if let Some(h) = sum {
                     let b = &mut self.buf.as_mut_slice()[..len as usize];

@@ -369,6 +369,20 @@ impl ObjectSource {
         &self.url
     }
 
+    /// The size of the version being read.
+    pub fn size(&self) -> u64 {
+        self.version.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+
+    /// The ETag of the version being read, where the store gave one.
+    pub fn etag(&self) -> Option<String> {
+        self.version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> RemoteStats {
         let c = &self.counters;

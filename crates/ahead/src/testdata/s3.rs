@@ -31,11 +31,16 @@ pub const ACCESS_KEY: &str = "ahead-test";
 /// See [`ACCESS_KEY`].
 pub const SECRET_KEY: &str = "ahead-test-secret";
 
-/// Faults the server injects into GetObject: `fail_per_million` of them
+/// Faults the server injects: into GetObject, `fail_per_million` of them
 /// (chosen by a counter, so the share is exact over many) answered 503
-/// SlowDown.
+/// SlowDown; into UploadPart, every part after the first `parts_ok`
+/// answered 500.
 #[derive(Default)]
 pub struct Faults {
+    /// UploadParts answered before they fail (0, the default: none fails).
+    pub parts_ok: AtomicU64,
+    /// UploadParts answered so far.
+    parts: AtomicU64,
     /// GETs failed per million (1,000,000: all).
     pub fail_per_million: AtomicU64,
     /// GETs answered so far (the counter the share is taken over).
@@ -70,6 +75,19 @@ impl Faults {
 struct Store {
     fs: s3s_fs::FileSystem,
     faults: Arc<Faults>,
+    root: std::path::PathBuf,
+}
+
+impl Store {
+    /// S3 writes only into a bucket that exists (s3s-fs would make it).
+    fn bucket(&self, bucket: &str) -> S3Result<()> {
+        let named = !bucket.is_empty() && !bucket.contains(['/', '.']);
+        if named && self.root.join(bucket).is_dir() {
+            Ok(())
+        } else {
+            Err(s3_error!(NoSuchBucket))
+        }
+    }
 }
 
 fn head_of<T>(req: &S3Request<T>, bucket: &str, key: &str) -> S3Result<S3Request<HeadObjectInput>> {
@@ -144,6 +162,7 @@ impl S3 for Store {
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        self.bucket(&req.input.bucket)?;
         self.fs.put_object(req).await
     }
 
@@ -165,6 +184,7 @@ impl S3 for Store {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        self.bucket(&req.input.bucket)?;
         self.fs.create_multipart_upload(req).await
     }
 
@@ -172,6 +192,10 @@ impl S3 for Store {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        let ok = self.faults.parts_ok.load(Ordering::Relaxed);
+        if ok > 0 && self.faults.parts.fetch_add(1, Ordering::Relaxed) >= ok {
+            return Err(s3_error!(InternalError, "injected fault"));
+        }
         self.fs.upload_part(req).await
     }
 
@@ -211,6 +235,7 @@ impl Server {
         let store = Store {
             fs,
             faults: faults.clone(),
+            root: root.to_path_buf(),
         };
         let service = {
             let mut b = s3s::service::S3ServiceBuilder::new(store);
