@@ -79,9 +79,10 @@ pub struct CopyArgs {
     /// request, 1–8 MiB).
     #[arg(long, value_parser = parse_chunk)]
     chunk: Option<u64>,
-    /// Chunks in flight (1 to 256).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
-    depth: u16,
+    /// Chunks in flight (1 to 256; default 4, and 16 to or from an object,
+    /// whose requests wait on the network: see docs/remote.md).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+    depth: Option<u16>,
     /// Keep the source's mode and times, as cp -p (setuid, setgid and
     /// sticky only when the caller owns the source). Without it the copy
     /// gets the source's permission bits less the umask.
@@ -116,7 +117,8 @@ impl CopyArgs {
         o.verify = self.verify;
         o.resume = self.resume;
         o.chunk = self.chunk;
-        o.depth = self.depth.into();
+        let remote = as_url(&self.src).is_some() || as_url(&self.dst).is_some();
+        o.depth = self.depth.map_or(if remote { 16 } else { 4 }, usize::from);
         o.sparse = !self.no_sparse;
         o.reflink = !self.no_reflink;
         o.dontcache = !self.no_dontcache;

@@ -224,83 +224,15 @@ fn many_threads_and_objects_share_one_budget() {
     assert!(f.engine.cached_bytes() <= f.engine.config().cache_bytes);
 }
 
-/// A one-node Ceph cluster (scripts/ceph-s3) for the length of a test:
-/// down again when dropped.
-struct Ceph {
-    script: std::path::PathBuf,
-    dir: std::path::PathBuf,
-    endpoint: String,
-    key: String,
-    secret: String,
-}
-
-impl Ceph {
-    /// Brings it up where Debian's Ceph packages are installed; `None`
-    /// (and a loud skip) where they are not.
-    fn up(scratch: &std::path::Path) -> Option<Ceph> {
-        let installed = std::process::Command::new("sh")
-            .args(["-c", "command -v radosgw && command -v ceph-osd"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !installed {
-            eprintln!("SKIP: Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-mgr radosgw ceph-common)");
-            return None;
-        }
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/ceph-s3");
-        let dir = scratch.join("ceph");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .unwrap()
-            .port();
-        let o = std::process::Command::new(&script)
-            .arg("up")
-            .env("CEPH_S3_DIR", &dir)
-            .env("CEPH_S3_PORT", port.to_string())
-            .env("CEPH_S3_BYTES", (1u64 << 30).to_string())
-            .output()
-            .unwrap();
-        let ceph = |out: &str| {
-            let get = |k: &str| {
-                out.lines()
-                    .find_map(|l| l.strip_prefix(&format!("export {k}=")))
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            Ceph {
-                script: script.clone(),
-                dir: dir.clone(),
-                endpoint: get("AWS_ENDPOINT_URL"),
-                key: get("AWS_ACCESS_KEY_ID"),
-                secret: get("AWS_SECRET_ACCESS_KEY"),
-            }
-        };
-        let c = ceph(&String::from_utf8_lossy(&o.stdout));
-        assert!(
-            o.status.success(),
-            "scripts/ceph-s3 up failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        Some(c)
-    }
-}
-
-impl Drop for Ceph {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(&self.script)
-            .arg("down")
-            .env("CEPH_S3_DIR", &self.dir)
-            .output();
-    }
-}
-
 #[test]
 fn on_a_real_ceph_cluster_reads_are_exact_and_held_to_one_version() {
     let scratch = tempfile::tempdir_in(testdata::scratch_root()).unwrap();
-    let Some(ceph) = Ceph::up(scratch.path()) else {
+    if !testdata::ceph::installed() {
+        eprintln!("SKIP: Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-mgr radosgw ceph-common)");
         return;
-    };
-    let store =
-        ahead::testdata::s3::client_as(&ceph.endpoint, "ahead", &ceph.key, &ceph.secret).unwrap();
+    }
+    let ceph = testdata::ceph::Cluster::up(&scratch.path().join("ceph"), 1 << 30).unwrap();
+    let store = ceph.client(testdata::ceph::BUCKET).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -38,9 +38,20 @@ pub struct RemoteArgs {
     /// ahead's largest single request (GET).
     #[arg(long)]
     pub max_io: Option<String>,
-    /// An S3 endpoint already running (http://HOST:PORT; Ceph's RADOS
-    /// Gateway from scripts/ceph-s3, MinIO, …) instead of the embedded
-    /// server; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
+    /// The server: `embedded` (an S3 server in this process), or `ceph` (a
+    /// one-node Ceph cluster and its RADOS Gateway, brought up for the run
+    /// by the repository's scripts/ceph-s3 and down after; needs Debian's
+    /// ceph-mon, ceph-osd, ceph-mgr and radosgw).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "embedded",
+        conflicts_with = "endpoint"
+    )]
+    pub server: ServerKind,
+    /// An S3 endpoint already running (http://HOST:PORT; MinIO, a Ceph
+    /// gateway, …) instead of the embedded server; credentials from
+    /// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.
     #[arg(long, requires = "bucket")]
     pub endpoint: Option<String>,
     /// The bucket at --endpoint to write the benchmark's objects in.
@@ -70,6 +81,7 @@ impl RemoteArgs {
             |s: &str| ahead::units::parse_size(s).map_err(|e| Error::msg(format!("{s}: {e}")));
         if let (Some(e), Some(b)) = (&self.endpoint, &self.bucket) {
             cfg.endpoint = Some((e.clone(), b.clone()));
+            cfg.server = format!("{e}, bucket {b}");
         }
         if let Some(w) = &self.window {
             cfg.max_readahead = size(w)?;
@@ -92,14 +104,38 @@ impl RemoteArgs {
     }
 }
 
+/// Where `ahead bench remote` keeps its objects.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerKind {
+    /// An S3 server in this process (s3s-fs).
+    Embedded,
+    /// A one-node Ceph cluster brought up for the run.
+    Ceph,
+}
+
 /// Runs `ahead bench remote`: the table on stdout, JSON where asked.
 pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
-    let cfg = args.config()?;
+    let mut cfg = args.config()?;
     let parent = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir(),
     };
     let work = crate::workdir::private_dir(&parent, "ahead-bench-remote-")?;
+    let _ceph = match args.server {
+        ServerKind::Embedded => None,
+        ServerKind::Ceph => {
+            // The OSD keeps the objects in memory: room for all of them
+            // and a gigabyte more.
+            let bytes = cfg.object_size + cfg.many.0 as u64 * cfg.many.1 + (1 << 30);
+            eprintln!("bringing up a Ceph cluster (scripts/ceph-s3) ...");
+            let c = ahead::testdata::ceph::Cluster::up(&work.path().join("ceph"), bytes)
+                .map_err(|e| Error::from(e).context("--server ceph"))?;
+            cfg.endpoint = Some((c.endpoint.clone(), ahead::testdata::ceph::BUCKET.into()));
+            cfg.credentials = Some((c.key.clone(), c.secret.clone()));
+            cfg.server = "ceph (one node, memstore OSD, radosgw; scripts/ceph-s3)".into();
+            Some(c)
+        }
+    };
     let rows = run(&cfg, work.path())?;
     print!("{}", table(&rows, &cfg));
     if let Some(j) = &args.json {

@@ -27,13 +27,15 @@ use crate::shaper::{NetProfile, Shaper};
 use crate::{Error, Result};
 
 mod args;
+mod copy;
 mod readers;
 
 pub use args::{main, RemoteArgs};
 use readers::{read_ahead, read_bufreader, read_naive};
 
-/// The benchmark's patterns, by their JSON names.
-pub const PATTERNS: [&str; 8] = [
+/// The benchmark's patterns, by their JSON names (`copy`: the large
+/// object downloaded to a file, see [`copy`]).
+pub const PATTERNS: [&str; 9] = [
     "seq",
     "seq-64k",
     "reverse",
@@ -42,6 +44,7 @@ pub const PATTERNS: [&str; 8] = [
     "random-64k",
     "interleaved-8",
     "many-objects",
+    "copy",
 ];
 
 /// The engines, in the order they run.
@@ -72,6 +75,11 @@ pub struct RemoteConfig {
     /// embedded server (credentials from AWS_ACCESS_KEY_ID and
     /// AWS_SECRET_ACCESS_KEY).
     pub endpoint: Option<(String, String)>,
+    /// The endpoint's access key and secret, where they are not taken
+    /// from the environment (the Ceph cluster a run brings up).
+    pub credentials: Option<(String, String)>,
+    /// The server, as the table names it.
+    pub server: String,
 }
 
 impl RemoteConfig {
@@ -93,6 +101,8 @@ impl RemoteConfig {
             max_readahead: 64 << 20,
             max_io: 4 << 20,
             endpoint: None,
+            credentials: None,
+            server: "embedded (s3s-fs)".into(),
         }
     }
 
@@ -215,6 +225,11 @@ fn plan(pattern: &str, cfg: &RemoteConfig) -> Result<Plan> {
                 depth: 1,
             }
         }
+        // (Not reads: see `copy`.)
+        "copy" => Plan {
+            readers: Vec::new(),
+            depth: 1,
+        },
         other => return Err(Error::msg(format!("unknown remote pattern '{other}'"))),
     })
 }
@@ -438,11 +453,15 @@ pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> 
                 .map_err(|e| Error::msg(format!("{url}: {e}")))?
                 .next()
                 .ok_or_else(|| Error::msg(format!("{url}: no address")))?;
+            let (key, secret) = match &cfg.credentials {
+                Some(c) => c.clone(),
+                None => (var("AWS_ACCESS_KEY_ID")?, var("AWS_SECRET_ACCESS_KEY")?),
+            };
             let c = Connect {
                 endpoint: url.clone(),
                 bucket: bucket.clone(),
-                key: var("AWS_ACCESS_KEY_ID")?,
-                secret: var("AWS_SECRET_ACCESS_KEY")?,
+                key,
+                secret,
             };
             eprintln!("S3 endpoint {url}, bucket {bucket}");
             (addr, c)
@@ -498,7 +517,12 @@ pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> 
                 rss_peak_reset();
                 let cpu0 = crate::workload::process_cpu_s().unwrap_or(0.0);
                 let down0 = objs.bytes_down.load(Ordering::Relaxed);
-                let (bytes, secs, mut lat) = run_engine(engine, &objs, &plan, cfg, &rt)?;
+                let (bytes, secs, mut lat) = if pattern == "copy" {
+                    let (bytes, secs) = copy::copy_engine(engine, &objs, cfg, &rt, dir)?;
+                    (bytes, secs, Vec::new())
+                } else {
+                    run_engine(engine, &objs, &plan, cfg, &rt)?
+                };
                 let down = objs.bytes_down.load(Ordering::Relaxed) - down0;
                 let mb_s = bytes as f64 / secs / 1e6;
                 eprintln!(
@@ -576,9 +600,10 @@ pub fn table(rows: &[RemoteRow], cfg: &RemoteConfig) -> String {
     }
     let p = cfg.profile;
     format!(
-        "{}network: {} ({} ms first byte, {:.0} MB/s per connection, {:.0} MB/s in all, {} GET/s); \
+        "{}server: {}; network: {} ({} ms first byte, {:.0} MB/s per connection, {:.0} MB/s in all, {} GET/s); \
          object {}; {} s at most per run, {} repetition(s), medians; ahead: cache {}, window {}, GETs up to {}\n",
         t.render(),
+        cfg.server,
         p.name,
         p.first_byte.as_millis(),
         p.per_conn as f64 / 1e6,

@@ -6,6 +6,7 @@
 //! benchmark uses the same generator for its test files.
 
 #[cfg(feature = "testing")]
+pub mod ceph;
 pub mod s3;
 
 use std::io::{self, Write};
