@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{run, table, RemoteConfig, RemoteRow, PATTERNS};
+use super::{plot, run, table, RemoteConfig, RemoteRow, PATTERNS};
 use crate::shaper::NetProfile;
 use crate::{Error, Result};
 
@@ -32,6 +32,9 @@ pub struct RemoteArgs {
     /// Write the rows as a JSON array to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Write a bar chart (SVG) of MB/s per pattern and engine to this file.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
     /// ahead's largest readahead window.
     #[arg(long)]
     pub window: Option<String>,
@@ -142,6 +145,10 @@ pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
         let v: Vec<Value> = rows.iter().map(RemoteRow::json).collect();
         std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
             .map_err(|e| Error::from(e).context(format!("write {}", j.display())))?;
+    }
+    if let Some(p) = &args.plot {
+        std::fs::write(p, plot(&rows, &cfg))
+            .map_err(|e| Error::from(e).context(format!("write {}", p.display())))?;
     }
     Ok(rows)
 }

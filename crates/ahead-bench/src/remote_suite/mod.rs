@@ -618,6 +618,39 @@ pub fn table(rows: &[RemoteRow], cfg: &RemoteConfig) -> String {
     )
 }
 
+/// The rows as a bar chart (SVG): MB/s per pattern, one bar per engine
+/// and the oracle.
+pub fn plot(rows: &[RemoteRow], cfg: &RemoteConfig) -> String {
+    let mut patterns: Vec<String> = Vec::new();
+    let mut engines: Vec<String> = Vec::new();
+    for r in rows {
+        if !patterns.contains(&r.pattern) {
+            patterns.push(r.pattern.clone());
+        }
+        if !engines.contains(&r.engine) {
+            engines.push(r.engine.clone());
+        }
+    }
+    let values: Vec<Vec<f64>> = engines
+        .iter()
+        .map(|e| {
+            patterns
+                .iter()
+                .map(|p| {
+                    rows.iter()
+                        .find(|r| &r.engine == e && &r.pattern == p)
+                        .map_or(0.0, |r| r.mb_s)
+                })
+                .collect()
+        })
+        .collect();
+    let title = format!(
+        "ahead bench remote: {} profile, {} (medians of {})",
+        cfg.profile.name, cfg.server, cfg.reps
+    );
+    crate::report::bar_chart(&title, "MB/s", &patterns, &engines, &values)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
