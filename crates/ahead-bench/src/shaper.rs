@@ -96,6 +96,13 @@ impl NetProfile {
     }
 }
 
+/// How far a link's clock may fall behind the present and catch up: a
+/// timer wakes up to a millisecond late (tokio's granularity), and a clock
+/// reset to "now" after every late wake-up would lose that time on every
+/// chunk — one connection relaying 16 KiB reads got about 35 MB/s of a
+/// 90 MB/s profile that way.
+const SLACK: Duration = Duration::from_millis(4);
+
 /// When a link is free again: pacing by a clock, so that shares of a
 /// bandwidth add up exactly.
 struct Link {
@@ -112,9 +119,12 @@ impl Link {
     }
 
     /// Books `n` bytes (or one request, with `bps` as a rate): when they
-    /// have passed.
+    /// have passed. An idle link's clock starts from the present less
+    /// [`SLACK`], so that late wake-ups are made up and the rate over any
+    /// longer time is the link's.
     fn book(&mut self, n: u64) -> Instant {
-        let start = self.free_at.max(Instant::now());
+        let now = Instant::now();
+        let start = self.free_at.max(now.checked_sub(SLACK).unwrap_or(now));
         self.free_at = start + Duration::from_secs_f64(n as f64 / self.bps as f64);
         self.free_at
     }
@@ -236,4 +246,32 @@ async fn relay(
     };
     let (a, b) = tokio::join!(up, down);
     a.and(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_makes_up_late_wake_ups_but_banks_no_more_than_its_slack() {
+        // 1 MB/s: 1,000 bytes take 1 ms.
+        let mut link = Link::new(1_000_000);
+        let first = link.book(1_000);
+        // Woken late (here: 10 ms after the first booking was due), the
+        // next bytes are booked from at most SLACK before the present,
+        // so they are due at once: the late time is made up.
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        assert!(link.book(1_000) <= now, "late time was lost");
+        // Idle much longer than the slack: what can be sent at once is
+        // bounded by it (8 ms of bytes are due at least 4 ms from now).
+        std::thread::sleep(Duration::from_millis(20));
+        let now = Instant::now();
+        let due = link.book(8_000);
+        assert!(
+            due >= now + Duration::from_millis(8) - SLACK,
+            "banked too much"
+        );
+        assert!(due > first);
+    }
 }
