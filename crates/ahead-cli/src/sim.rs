@@ -13,14 +13,16 @@ use std::time::Instant;
 /// Arguments of `ahead sim`.
 #[derive(Args, Debug)]
 pub struct SimArgs {
-    /// Scenario: iozone, aio-random, interleaved, thrash, or replay FILE.
+    /// Scenario: iozone, aio-random, interleaved, thrash, remote (bench
+    /// remote's patterns on one object), or replay FILE.
     scenario: String,
     /// Trace file, for `replay`: one read per line, `offset length [stream-id]`.
     trace: Option<PathBuf>,
     /// Policies to compare, comma-separated.
     #[arg(long, default_value = "legacy,ondemand,ahead")]
     policy: String,
-    /// Device model: hdd, ssd or net.
+    /// Device model: hdd, ssd, net, s3 (bench remote's network profile),
+    /// cloud, small-cloud, fast, or BPS,IOPS.
     #[arg(long, default_value = "hdd")]
     device: String,
     /// Cache budget (e.g. 2g, 128m); default depends on the scenario.

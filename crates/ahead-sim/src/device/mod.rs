@@ -49,7 +49,13 @@
 //! `ahead bench --device`, so a trace replayed on one predicts a real run
 //! on the steady device.
 //!
-//! # Flash (`ssd`) and object store (`net`)
+//! # Object stores behind a network (`s3`)
+//!
+//! `ahead bench remote`'s shaper as a model: a first byte per request, a
+//! bandwidth per connection and in all, a request-rate cap, the engine's
+//! requests in flight ([`ObjectStore`]).
+//!
+//! # Flash (`ssd`) and a generic remote store (`net`)
 //!
 //! A fixed latency per I/O, a bandwidth shared by all I/Os in flight, and a
 //! queue depth: `complete = max(start + latency, pipe_free) + bytes /
@@ -62,10 +68,12 @@ use std::str::FromStr;
 
 mod capped;
 mod hdd;
+mod object;
 mod pipe;
 
 pub use capped::{Capped, CappedParams};
 pub use hdd::{Hdd, HddParams};
+pub use object::{ObjectParams, ObjectStore};
 pub use pipe::{Pipe, PipeParams};
 
 /// An I/O for a device: `len` bytes at byte `offset`.
@@ -107,6 +115,9 @@ pub enum DeviceKind {
     Net,
     /// A volume capped in bandwidth and IOPS.
     Capped(CappedParams),
+    /// An object store behind a network of known latency and bandwidth
+    /// (`s3`: `ahead bench remote`'s profile).
+    Object(ObjectParams),
 }
 
 impl DeviceKind {
@@ -117,6 +128,7 @@ impl DeviceKind {
             DeviceKind::Ssd => "ssd",
             DeviceKind::Net => "net",
             DeviceKind::Capped(p) => p.name,
+            DeviceKind::Object(p) => p.name,
         }
     }
 
@@ -130,6 +142,7 @@ impl DeviceKind {
             DeviceKind::Ssd => (PipeParams::SSD.bandwidth, PipeParams::SSD.latency),
             DeviceKind::Net => (PipeParams::NET.bandwidth, PipeParams::NET.latency),
             DeviceKind::Capped(p) => (p.bps, 1.0 / p.iops),
+            DeviceKind::Object(p) => (p.total, p.first_byte),
         }
     }
 
@@ -140,6 +153,7 @@ impl DeviceKind {
             DeviceKind::Ssd => Box::new(Pipe::new(PipeParams::SSD)),
             DeviceKind::Net => Box::new(Pipe::new(PipeParams::NET)),
             DeviceKind::Capped(p) => Box::new(Capped::new(p)),
+            DeviceKind::Object(p) => Box::new(ObjectStore::new(p)),
         }
     }
 }
@@ -160,12 +174,13 @@ impl FromStr for DeviceKind {
             "cloud" => Ok(DeviceKind::Capped(CappedParams::CLOUD)),
             "small-cloud" => Ok(DeviceKind::Capped(CappedParams::SMALL_CLOUD)),
             "fast" => Ok(DeviceKind::Capped(CappedParams::FAST)),
+            "s3" => Ok(DeviceKind::Object(ObjectParams::S3)),
             other => {
                 let bad = || {
                     ahead::ParseError::new(
                         "device",
                         s,
-                        "hdd, ssd, net, cloud, small-cloud, fast or BPS,IOPS",
+                        "hdd, ssd, net, s3, cloud, small-cloud, fast or BPS,IOPS",
                     )
                 };
                 let (b, i) = other.split_once(',').ok_or_else(bad)?;

@@ -29,7 +29,10 @@ impl CacheView for FileTable<'_> {
         })
     }
     fn capacity_pages(&self) -> Option<u64> {
-        Some(self.core.cfg.memory_pages)
+        // As the library's engine answers: all but a reserve of one
+        // largest window for demand reads.
+        let cfg = &self.core.cfg;
+        Some(cfg.memory_pages.saturating_sub(cfg.ra.max_pages).max(1))
     }
     fn device_cost(&self) -> Option<DeviceCost> {
         Some(self.core.device_cost)

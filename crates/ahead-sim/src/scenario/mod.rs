@@ -6,6 +6,7 @@
 //! | `aio-random` | random reads at depth 64, each record once (seed 001: `aio-stress -o3`, 64 KiB, depth 64) | 1 GiB file, 64 KiB, 2 GiB memory, 128 KiB max |
 //! | `interleaved` | `single`: one sequential reader; `interleaved-8`: 8 sequential readers on 8 regions of one file, one handle | 1 GiB file, 64 KiB, 2 GiB memory, 4 MiB max |
 //! | `thrash` | a 100 KB/s reader started every second on its own file until 200 run (seed 000's thrashing test) | 200 × 32 MiB files, 4 KiB records, 128 MiB memory, 1 MiB max |
+//! | `remote` | `ahead bench remote`'s patterns on one object (`seq`, `seq-64k`, `reverse`, `stride`, `random-4k`, `random-64k` at depth 64, `interleaved-8`), each on a fresh cache, GETs of at most 4 MiB; with `--device s3`, a prediction of that benchmark's `ahead` rows | 1 GiB object, 256 MiB memory, 64 MiB max readahead |
 //! | `replay FILE` | a trace, one read per line: `offset length [stream-id]`; each stream a reader | file sized to the trace, 2 GiB memory, 128 KiB max |
 //!
 //! Before iozone's read tests, the cache holds the file's last `memory`
@@ -20,6 +21,7 @@ use serde::Serialize;
 use std::fmt;
 use std::path::PathBuf;
 
+mod remote;
 mod trace;
 
 pub use trace::{load_trace, parse_trace, Trace, TraceFile, TraceOp};
@@ -54,6 +56,8 @@ pub enum Scenario {
     Interleaved,
     /// The readahead thrashing test.
     Thrash,
+    /// `ahead bench remote`'s patterns on one object.
+    Remote,
     /// Replay of a trace file.
     Replay(PathBuf),
 }
@@ -66,6 +70,7 @@ impl Scenario {
             Scenario::AioRandom => "aio-random",
             Scenario::Interleaved => "interleaved",
             Scenario::Thrash => "thrash",
+            Scenario::Remote => "remote",
             Scenario::Replay(_) => "replay",
         }
     }
@@ -77,11 +82,12 @@ impl Scenario {
             "aio-random" => Ok(Scenario::AioRandom),
             "interleaved" => Ok(Scenario::Interleaved),
             "thrash" => Ok(Scenario::Thrash),
+            "remote" => Ok(Scenario::Remote),
             "replay" => trace
                 .map(Scenario::Replay)
                 .ok_or_else(|| SimError::Usage("replay needs a trace file: ahead sim replay FILE".into())),
             other => Err(SimError::Usage(format!(
-                "unknown scenario '{other}' (expected iozone, aio-random, interleaved, thrash or replay FILE)"
+                "unknown scenario '{other}' (expected iozone, aio-random, interleaved, thrash, remote or replay FILE)"
             ))),
         }
     }
@@ -111,6 +117,12 @@ impl Scenario {
                 record: 4 * KIB,
                 memory: 128 * MIB,
                 max_ra: MIB,
+            },
+            Scenario::Remote => Defaults {
+                file: GIB,
+                record: 64 * KIB,
+                memory: 256 * MIB,
+                max_ra: 64 * MIB,
             },
             Scenario::Replay(_) => Defaults {
                 file: 0,
@@ -410,6 +422,7 @@ pub fn run(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
         Scenario::AioRandom => aio_random(sc, o),
         Scenario::Interleaved => interleaved(sc, o),
         Scenario::Thrash => thrash(sc, o),
+        Scenario::Remote => remote::remote(sc, o),
         Scenario::Replay(path) => replay(sc, o, path),
     }?;
     if !o.context_readahead {

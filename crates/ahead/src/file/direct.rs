@@ -141,20 +141,12 @@ impl File {
     }
 
     /// What the file's source charges, where it is known; `None` for a
-    /// file (the policies' measured defaults). For an object, from the
-    /// published figures the `s3` network profile also uses (AWS: tens of
-    /// milliseconds to the first byte, about 90 MB/s per connection) and
-    /// the engine's depth of requests in flight:
-    /// * latency: 30 ms × 90 MB/s ≈ 660 pages of 4 KiB;
-    /// * one more request: the bandwidth that `depth` requests per round
-    ///   trip leave each, 250 MB/s ÷ (64 ÷ 30 ms) ≈ 29 pages (32);
-    /// * parallelism: the engine's depth.
+    /// file (the policies' measured defaults). For an object:
+    /// [`crate::ra::DeviceCost::object_store`] with the engine's depth of
+    /// requests in flight.
     fn source_cost(&self) -> Option<crate::ra::DeviceCost> {
-        let page = self.page().max(1);
-        self.is_remote().then(|| crate::ra::DeviceCost {
-            request_pages: (128 << 10) / page,
-            latency_pages: (2700 << 10) / page,
-            parallelism: self.inner.engine.config.depth as u64,
+        self.is_remote().then(|| {
+            crate::ra::DeviceCost::object_store(self.page(), self.inner.engine.config.depth as u64)
         })
     }
 

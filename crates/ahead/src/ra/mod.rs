@@ -301,6 +301,29 @@ pub struct DeviceCost {
     pub parallelism: u64,
 }
 
+impl DeviceCost {
+    /// What an object store charges, from the published figures the `s3`
+    /// network profile of `ahead bench remote` also uses (AWS: tens of
+    /// milliseconds to the first byte, about 90 MB/s per connection, 250
+    /// MB/s in all for one client here) with `parallelism` requests in
+    /// flight:
+    /// * latency: 30 ms × 90 MB/s ≈ 2.7 MB (660 pages of 4 KiB);
+    /// * one more request: the bandwidth that `parallelism` requests per
+    ///   round trip leave each, 250 MB/s ÷ (64 ÷ 30 ms) ≈ 117 KB (128 KiB);
+    /// * parallelism: the requests in flight.
+    ///
+    /// The engine's objects and the simulator's object-store device both
+    /// take it from here.
+    pub fn object_store(page_size: u64, parallelism: u64) -> DeviceCost {
+        let page = page_size.max(1);
+        DeviceCost {
+            request_pages: (128 << 10) / page,
+            latency_pages: (2700 << 10) / page,
+            parallelism,
+        }
+    }
+}
+
 /// Facts that engines report to policies after the fact.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Feedback {
