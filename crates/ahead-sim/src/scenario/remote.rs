@@ -15,38 +15,42 @@ use ahead::units::{KIB, MIB};
 /// The largest GET `ahead bench remote` lets the engine send.
 const MAX_IO: u64 = 4 * MIB;
 
-/// The patterns, as the benchmark names them: (name, reads, depth).
-fn patterns(file: u64, seed: u64) -> Vec<(&'static str, Vec<(u64, u64)>, usize)> {
+/// A pattern of the benchmark: its name, its reads (offset, length), and
+/// how many of them are in flight at once.
+struct Pattern(&'static str, Vec<(u64, u64)>, usize);
+
+/// The patterns, as the benchmark names them.
+fn patterns(file: u64, seed: u64) -> Vec<Pattern> {
     let seq = |bs: u64| (0..file / bs).map(|i| (i * bs, bs)).collect::<Vec<_>>();
     let mut rng = fastrand::Rng::with_seed(seed);
     let k64 = 64 * KIB;
     let part = file / 8;
     vec![
-        ("seq", seq(MIB), 1),
-        ("seq-64k", seq(k64), 1),
-        ("reverse", seq(k64).into_iter().rev().collect(), 1),
-        (
+        Pattern("seq", seq(MIB), 1),
+        Pattern("seq-64k", seq(k64), 1),
+        Pattern("reverse", seq(k64).into_iter().rev().collect(), 1),
+        Pattern(
             "stride",
             (0..file / (256 * KIB))
                 .map(|i| (i * 256 * KIB, k64))
                 .collect(),
             1,
         ),
-        (
+        Pattern(
             "random-4k",
             (0..4096)
                 .map(|_| (rng.u64(0..file / 4096) * 4096, 4096))
                 .collect(),
             1,
         ),
-        (
+        Pattern(
             "random-64k",
             (0..8192)
                 .map(|_| (rng.u64(0..file / k64) * k64, k64))
                 .collect(),
             64,
         ),
-        (
+        Pattern(
             "interleaved-8",
             (0..part / k64)
                 .flat_map(|i| (0..8).map(move |s| (s * part + i * k64, k64)))
@@ -62,7 +66,7 @@ pub(super) fn remote(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, Si
     let all = patterns(s.file, o.seed);
     Ok(per_policy(o, |policy| {
         all.iter()
-            .map(|(name, reads, depth)| {
+            .map(|Pattern(name, reads, depth)| {
                 let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
                 ra.context_readahead = o.context_readahead;
                 let mut e = Simulator::new(
@@ -77,23 +81,21 @@ pub(super) fn remote(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, Si
                     &[pages],
                     o.device.build(),
                 );
-                let reads = reads.clone();
                 let stats = e.run_phase(vec![ReaderSpec {
                     file: 0,
                     start: 0.0,
                     interval: 0.0,
                     depth: *depth,
-                    ops: Box::new(reads.into_iter()),
+                    ops: Box::new(reads.clone().into_iter()),
                 }]);
-                let record = reads_mean(&all, name);
+                let record = mean_len(reads);
                 result(sc.name(), name, policy, o.device, record, &stats)
             })
             .collect()
     }))
 }
 
-fn reads_mean(all: &[(&str, Vec<(u64, u64)>, usize)], name: &str) -> f64 {
-    all.iter().find(|p| p.0 == name).map_or(0.0, |p| {
-        p.1.iter().map(|r| r.1 as f64).sum::<f64>() / p.1.len().max(1) as f64
-    })
+/// The mean length of `reads`, bytes.
+fn mean_len(reads: &[(u64, u64)]) -> f64 {
+    reads.iter().map(|r| r.1 as f64).sum::<f64>() / reads.len().max(1) as f64
 }

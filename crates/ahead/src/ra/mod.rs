@@ -302,18 +302,12 @@ pub struct DeviceCost {
 }
 
 impl DeviceCost {
-    /// What an object store charges, from the published figures the `s3`
-    /// network profile of `ahead bench remote` also uses (AWS: tens of
-    /// milliseconds to the first byte, about 90 MB/s per connection, 250
-    /// MB/s in all for one client here) with `parallelism` requests in
-    /// flight:
-    /// * latency: 30 ms × 90 MB/s ≈ 2.7 MB (660 pages of 4 KiB);
-    /// * one more request: the bandwidth that `parallelism` requests per
-    ///   round trip leave each, 250 MB/s ÷ (64 ÷ 30 ms) ≈ 117 KB (128 KiB);
-    /// * parallelism: the requests in flight.
-    ///
-    /// The engine's objects and the simulator's object-store device both
-    /// take it from here.
+    /// What an object store charges (the engine's objects and the
+    /// simulator's store both take it from here), from the published
+    /// figures `bench remote`'s `s3` profile uses (AWS: 30 ms to the first
+    /// byte, 90 MB/s per connection; 250 MB/s in all), with `parallelism`
+    /// requests in flight: latency 30 ms × 90 MB/s ≈ 2.7 MB; one more
+    /// request, 250 MB/s ÷ (64 ÷ 30 ms) ≈ 117 KB (128 KiB).
     pub fn object_store(page_size: u64, parallelism: u64) -> DeviceCost {
         let page = page_size.max(1);
         DeviceCost {
