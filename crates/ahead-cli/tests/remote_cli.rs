@@ -87,6 +87,11 @@ fn copy_uploads_and_downloads_byte_identical_verified_and_cache_neutral() {
         assert_eq!(up["bytes"].as_u64(), Some(size), "{up}");
         let method = if size > 8 << 20 { "multipart" } else { "put" };
         assert_eq!(up["method"], method, "{up}");
+        // Neutral: the file's pages are as they were (none cached here).
+        assert_eq!(
+            up["src_cached_pages_before"], up["src_cached_pages_after"],
+            "{up}"
+        );
         let sum = up["checksum"].as_str().unwrap().to_owned();
         assert!(sum.starts_with("xxh3-chunks:"), "{up}");
 

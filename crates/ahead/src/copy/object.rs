@@ -144,6 +144,7 @@ pub fn upload_object(
         .max(size.div_ceil(MAX_PARTS))
         // S3's smallest part but the last.
         .max(5 << 20);
+    let cached_before = super::dest::cached_pages(file);
     let reader = SrcReader::new(file, src, opts);
     let up = Upload {
         store,
@@ -161,7 +162,7 @@ pub fn upload_object(
         read_path: reader.used.names(),
         write_path: "put".into(),
         dst: url.into(),
-        src_cached_before: None,
+        src_cached_before: cached_before,
         ..CopyReport::default()
     };
     // The store has it: its size, and its bytes where asked.
