@@ -426,3 +426,63 @@ fn a_mapped_file_is_reported_in_the_stats() {
     assert!(st["maps"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(st["requests"], 0, "{st}");
 }
+
+/// Files readahead cannot help send the helper nothing beyond their first
+/// read (with --stats): a small file, a wholly cached one read backward,
+/// and a forward stream; the process's line counts the reads passed over
+/// and the helper's CPU time.
+#[test]
+fn small_cached_and_forward_reads_cost_no_events() {
+    let Some(tac) = program(&["tac"]) else {
+        eprintln!("SKIP: no tac");
+        return;
+    };
+    let dir = scratch();
+    let small = lines_file(dir.path(), 64 << 10);
+    std::fs::create_dir(dir.path().join("big")).unwrap();
+    let big = lines_file(&dir.path().join("big"), 8 << 20);
+    let stats = dir.path().join("stats.json");
+    // Cached: read once whole.
+    let plain = out(Command::new(&tac).arg(&big));
+    assert!(plain.status.success());
+    for file in [&small, &big] {
+        let o = out(&mut ahead_cmd(&[
+            "run",
+            "--stats",
+            s(&stats),
+            "--",
+            s(&tac),
+            s(file),
+        ]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        if file == &big {
+            assert!(
+                o.stdout == plain.stdout,
+                "tac's output differs under ahead run"
+            );
+        }
+        let lines = stats_lines(&stats);
+        let st = stats_of(&lines, file);
+        assert_eq!(st["requests"], 1, "only the first read is sent: {st}");
+        assert_eq!(st["hints"], 0, "{st}");
+        let process = lines.iter().find(|l| l["process"] == true).unwrap();
+        assert!(process["reads_passed"].as_u64().unwrap() > 0, "{process}");
+        assert!(process["helper_cpu_s"].as_f64().is_some(), "{process}");
+    }
+    // A forward stream of a cold file: its reads after the first are the
+    // kernel's.
+    let f = std::fs::File::open(&big).unwrap();
+    f.sync_all().unwrap();
+    ahead::residency::evict(&f, 0, 0).unwrap();
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--stats",
+        s(&stats),
+        "--",
+        "cat",
+        s(&big),
+    ]));
+    assert!(o.status.success());
+    let lines = stats_lines(&stats);
+    assert_eq!(stats_of(&lines, &big)["requests"], 1, "{lines:?}");
+}

@@ -5,8 +5,8 @@
 use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 
 use crate::helper::{self, Kind};
-use crate::uncached;
 use crate::{may_act, mode, regular, reset, Mode};
+use crate::{quiet, uncached};
 
 /// The next definition of a C library function, resolved once.
 macro_rules! real {
@@ -82,6 +82,10 @@ fn around_read(
             uncached::read(fd, slot, gen, pos, iov, flags, call)
         });
     }
+    let ahead = m == Mode::Readahead;
+    if ahead && quiet::pass_early(slot) {
+        return call();
+    }
     let e = crate::errno();
     let offset = match pos {
         Pos::At(o) => Some(o as u64),
@@ -91,16 +95,29 @@ fn around_read(
     let Some(offset) = offset else {
         return call();
     };
+    // SAFETY: the descriptor the program passed, for this call.
+    let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     // Readahead mode notes a plain read before it, so that hints are on
     // their way while it runs; a trace records what came back.
     if let (Mode::Readahead, Bufs::One(_, n)) = (m, bufs) {
-        helper::note(Kind::Read, fd, gen, offset, n as u64);
-        return call();
+        if !quiet::pass(slot, bfd, offset, n as u64) {
+            helper::note(Kind::Read, fd, gen, offset, n as u64);
+        }
+        crate::set_errno(e);
+        let r = call();
+        // A short read (at the end of the file) ends the stream where it
+        // did end.
+        if r >= 0 && (r as u64) < n as u64 {
+            quiet::ended(slot, offset + r as u64);
+        }
+        return r;
     }
     let r = call();
     if r > 0 {
         let e = crate::errno();
-        helper::note(Kind::Read, fd, gen, offset, r as u64);
+        if !(ahead && quiet::pass(slot, bfd, offset, r as u64)) {
+            helper::note(Kind::Read, fd, gen, offset, r as u64);
+        }
         crate::set_errno(e);
     }
     r

@@ -32,6 +32,7 @@
 
 mod helper;
 mod hooks;
+mod quiet;
 mod uncached;
 
 use std::cell::Cell;
@@ -53,6 +54,15 @@ pub(crate) struct Slot {
     kind: AtomicU8,
     /// The file's size when it was classified.
     pub(crate) size: AtomicU64,
+    /// Readahead mode: whether the file needs the helper ([`quiet`]).
+    pub(crate) quiet: AtomicU8,
+    /// Readahead mode: where the last read the library saw ended.
+    pub(crate) next: AtomicU64,
+    /// Readahead mode: reads of a quiet cached file since it was looked at.
+    pub(crate) reads: AtomicU32,
+    /// Readahead mode with `--stats`: a read of the file was sent to the
+    /// helper (the first always is, so that every file has its line).
+    pub(crate) noted: AtomicU8,
     /// Uncached mode: RWF_DONTCACHE was refused on this descriptor.
     pub(crate) no_dontcache: AtomicU8,
     /// Uncached mode's write fallback: bytes written since the last flush.
@@ -67,6 +77,10 @@ impl Slot {
             gen: AtomicU32::new(0),
             kind: AtomicU8::new(UNKNOWN),
             size: AtomicU64::new(0),
+            quiet: AtomicU8::new(quiet::ACTIVE),
+            next: AtomicU64::new(0),
+            reads: AtomicU32::new(0),
+            noted: AtomicU8::new(0),
             no_dontcache: AtomicU8::new(0),
             unflushed: AtomicU64::new(0),
             snap: uncached::SnapSlot::new(),
@@ -86,6 +100,10 @@ pub(crate) fn slot(fd: c_int) -> Option<&'static Slot> {
 pub(crate) fn reset(fd: c_int) {
     if let Some(s) = slot(fd) {
         s.kind.store(UNKNOWN, Ordering::Release);
+        s.quiet.store(quiet::ACTIVE, Ordering::Relaxed);
+        s.next.store(0, Ordering::Relaxed);
+        s.reads.store(0, Ordering::Relaxed);
+        s.noted.store(0, Ordering::Relaxed);
         s.no_dontcache.store(0, Ordering::Relaxed);
         s.unflushed.store(0, Ordering::Relaxed);
         s.gen.fetch_add(1, Ordering::AcqRel);
@@ -113,6 +131,9 @@ pub(crate) fn regular(fd: c_int) -> Option<(&'static Slot, u32)> {
             };
             if s.gen.load(Ordering::Acquire) == gen {
                 s.size.store(size, Ordering::Relaxed);
+                if kind == REGULAR && mode() == Mode::Readahead {
+                    s.quiet.store(quiet::classify(bfd, size), Ordering::Relaxed);
+                }
                 let won = s
                     .kind
                     .compare_exchange(UNKNOWN, kind, Ordering::AcqRel, Ordering::Relaxed)
@@ -199,8 +220,10 @@ extern "C" fn init() {
         if getenv("AHEAD_RUN_DONTCACHE").as_deref() == Some("0") {
             DONTCACHE.store(0, Ordering::Relaxed);
         }
+        let stats = getenv("AHEAD_RUN_STATS");
+        quiet::STATS.store(stats.is_some(), Ordering::Relaxed);
         let config = helper::Config {
-            stats: getenv("AHEAD_RUN_STATS"),
+            stats,
             trace: getenv("AHEAD_RUN_TRACE"),
         };
         helper::install(config);

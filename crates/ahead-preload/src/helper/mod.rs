@@ -98,6 +98,8 @@ pub(crate) struct Runtime {
     /// The helper has taken every event pushed so far and is idle.
     dropped: AtomicU64,
     exiting: AtomicBool,
+    /// The helper thread's CPU time so far, nanoseconds.
+    cpu_ns: AtomicU64,
     state: Mutex<State>,
     config: Config,
 }
@@ -111,6 +113,7 @@ impl Runtime {
             started: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             exiting: AtomicBool::new(false),
+            cpu_ns: AtomicU64::new(0),
             state: Mutex::new(State::default()),
             config,
         }
@@ -341,6 +344,11 @@ fn helper_loop(rt: &'static Runtime) {
         }
         if any {
             last_event = std::time::Instant::now();
+            let cpu = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+            rt.cpu_ns.store(
+                cpu.tv_sec as u64 * 1_000_000_000 + cpu.tv_nsec as u64,
+                Ordering::Relaxed,
+            );
             continue;
         }
         // Idle. While the program is active, nap a millisecond at a time
@@ -376,9 +384,16 @@ fn helper_loop(rt: &'static Runtime) {
 
 /// At exit: let the helper take what is queued, then write the outputs.
 pub(crate) fn at_exit() {
-    let Some(rt) = runtime() else { return };
+    let Some(rt) = runtime() else {
+        // No read ever reached the helper: the process's line alone.
+        if let Some(c) = config() {
+            report::process_line(c, 0, 0);
+        }
+        return;
+    };
     rt.exiting.store(true, Ordering::SeqCst);
     if !rt.started.load(Ordering::Acquire) {
+        report::process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), 0);
         return;
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
@@ -390,6 +405,8 @@ pub(crate) fn at_exit() {
         match rt.state.try_lock() {
             Ok(mut st) => {
                 st.finish(&rt.config, rt.dropped.load(Ordering::Relaxed));
+                let cpu = rt.cpu_ns.load(Ordering::Relaxed);
+                report::process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), cpu);
                 return;
             }
             Err(std::sync::TryLockError::Poisoned(_)) => return,

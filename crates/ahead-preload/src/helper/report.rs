@@ -59,12 +59,7 @@ impl State {
             }
         }
         let mut out = String::new();
-        let m = match mode() {
-            Mode::Readahead => "readahead",
-            Mode::Uncached => "uncached",
-            Mode::Trace => "trace",
-            Mode::Off => "off",
-        };
+        let m = mode_name();
         for s in by_path {
             let accuracy = if s.hinted_pages > 0 {
                 format!("{:.4}", s.hinted_read as f64 / s.hinted_pages as f64)
@@ -92,6 +87,33 @@ impl State {
             );
         }
         append(path, out.as_bytes());
+    }
+}
+
+/// The process's own line of `--stats`, after its files' (when stats are
+/// asked for): the reads the library passed over without an event
+/// (`quiet`), events dropped on a full queue, and the helper thread's CPU
+/// time.
+pub(super) fn process_line(config: &Config, dropped: u64, helper_cpu_ns: u64) {
+    let Some(path) = &config.stats else { return };
+    let m = mode_name();
+    let line = format!(
+        "{{\"pid\":{},\"mode\":\"{}\",\"process\":true,\"reads_passed\":{},\"events_dropped\":{},\"helper_cpu_s\":{:.6}}}\n",
+        std::process::id(),
+        m,
+        crate::quiet::PASSED.load(Ordering::Relaxed),
+        dropped,
+        helper_cpu_ns as f64 / 1e9
+    );
+    append(path, line.as_bytes());
+}
+
+fn mode_name() -> &'static str {
+    match mode() {
+        Mode::Readahead => "readahead",
+        Mode::Uncached => "uncached",
+        Mode::Trace => "trace",
+        Mode::Off => "off",
     }
 }
 

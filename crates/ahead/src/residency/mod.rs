@@ -129,6 +129,21 @@ fn page_span(offset: u64, len: u64, size: u64) -> (u64, u64) {
     (offset / page, end.div_ceil(page))
 }
 
+/// Whether every page of the `len` bytes at `offset` of `fd` (clipped to
+/// the file's `size`, which the caller knows) is cached: one cachestat(2),
+/// no allocation, nothing mapped — for a hot path that may look often.
+/// `None` where cachestat cannot answer (before Linux 6.5; EPERM for a file
+/// the caller may neither write nor owns, on 6.14 and later).
+pub fn all_cached(fd: impl AsFd, offset: u64, len: u64, size: u64) -> Option<bool> {
+    let (first, end) = page_span(offset, len, size);
+    if first == end {
+        return Some(true);
+    }
+    let page = page_size();
+    let st = sys::cachestat(fd, first * page, (end - first) * page).ok()?;
+    Some(st.cached >= end - first)
+}
+
 /// Residency of `len` bytes at `offset` of `fd` (`len` `u64::MAX` for the
 /// rest of the file): cachestat, else mincore, else [`Seen::Unknown`].
 /// Errors are those of fstat or of mapping the file.

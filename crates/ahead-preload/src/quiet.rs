@@ -1,0 +1,113 @@
+//! Readahead mode's early "nothing to do": files and reads that readahead
+//! cannot help cost nothing beyond what `--off` costs — no event, no
+//! policy, no wake-up of the helper.
+//!
+//! * **Small files.** A file of at most [`SMALL_FILE`] bytes is read by
+//!   the kernel's first readahead window whole, whatever order the
+//!   program reads it in: it is decided once, at its first read, from the
+//!   `fstat` that classifies the descriptor anyway.
+//! * **Cached files.** A file whose every page is cached at its first read
+//!   (one cachestat(2), Linux 6.5) has nothing to read ahead. It is looked
+//!   at again every [`RECHECK`] reads, on the range of that read: a file
+//!   that lost pages (evicted, or grown) becomes an ordinary one.
+//! * **Forward reads.** A read that begins where the descriptor's last one
+//!   ended continues a forward stream, which the kernel's own readahead
+//!   follows: it is not sent to the helper. Backward, strided and
+//!   interleaved reads never begin where the last one ended.
+//!
+//! Reads passed over are counted for `--stats` (`reads_passed`, for the
+//! process). With `--stats`, each file's first read still goes to the
+//! helper, so that every file read has its line.
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::Slot;
+
+/// The file needs the helper.
+pub(crate) const ACTIVE: u8 = 0;
+/// At most [`SMALL_FILE`] bytes when first read.
+pub(crate) const SMALL: u8 = 1;
+/// Wholly cached when first read (or last looked at).
+pub(crate) const CACHED: u8 = 2;
+
+/// The kernel's default readahead window, 128 KiB (`VM_READAHEAD_PAGES`,
+/// what `read_ahead_kb` starts at): the kernel's first window reads a file
+/// of at most this size in one go.
+pub(crate) const SMALL_FILE: u64 = 128 << 10;
+
+/// A cached file is looked at again every this many reads: one cachestat
+/// per 64 reads of a hot file (a cached 4 KiB read costs about 1 µs, the
+/// look about as much).
+pub(crate) const RECHECK: u32 = 64;
+
+/// Reads the library passed over, for `--stats`.
+pub(crate) static PASSED: AtomicU64 = AtomicU64::new(0);
+
+/// `--stats` is on (set at load).
+pub(crate) static STATS: AtomicBool = AtomicBool::new(false);
+
+/// With `--stats`, whether this is the file's first read (which is sent).
+fn first_for_stats(slot: &Slot) -> bool {
+    STATS.load(Ordering::Relaxed) && slot.noted.swap(1, Ordering::Relaxed) == 0
+}
+
+/// What a regular file of `size` bytes, read for the first time, needs.
+pub(crate) fn classify(fd: BorrowedFd<'_>, size: u64) -> u8 {
+    if size <= SMALL_FILE {
+        SMALL
+    } else if ahead::residency::all_cached(fd, 0, size, size) == Some(true) {
+        CACHED
+    } else {
+        ACTIVE
+    }
+}
+
+/// Before the read's offset is known: whether the read can be passed over
+/// for what the file is (small, or cached and not due for a look).
+pub(crate) fn pass_early(slot: &Slot) -> bool {
+    if STATS.load(Ordering::Relaxed) && slot.noted.load(Ordering::Relaxed) == 0 {
+        return false;
+    }
+    let pass = match slot.quiet.load(Ordering::Relaxed) {
+        SMALL => true,
+        CACHED => !(slot.reads.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(RECHECK),
+        _ => false,
+    };
+    if pass {
+        PASSED.fetch_add(1, Ordering::Relaxed);
+    }
+    pass
+}
+
+/// With the read's offset and length: whether it can be passed over — a
+/// cached file still cached there, or a read that continues the last. A
+/// cached file found missing pages becomes an ordinary one.
+pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bool {
+    let end = offset.saturating_add(len);
+    let follows = slot.next.swap(end, Ordering::Relaxed) == offset;
+    if first_for_stats(slot) {
+        return false;
+    }
+    let pass = if slot.quiet.load(Ordering::Relaxed) == CACHED {
+        let size = slot.size.load(Ordering::Relaxed);
+        let still =
+            end <= size && ahead::residency::all_cached(fd, offset, len, size) == Some(true);
+        if !still {
+            slot.quiet.store(ACTIVE, Ordering::Relaxed);
+        }
+        still || follows
+    } else {
+        follows
+    };
+    if pass {
+        PASSED.fetch_add(1, Ordering::Relaxed);
+    }
+    pass
+}
+
+/// A read at `offset` asked for more than it got: the next read that
+/// continues it begins at `end`.
+pub(crate) fn ended(slot: &Slot, end: u64) {
+    slot.next.store(end, Ordering::Relaxed);
+}
