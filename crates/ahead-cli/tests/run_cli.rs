@@ -486,3 +486,37 @@ fn small_cached_and_forward_reads_cost_no_events() {
     let lines = stats_lines(&stats);
     assert_eq!(stats_of(&lines, &big)["requests"], 1, "{lines:?}");
 }
+
+/// The library brings its own (hidden) unwinder stubs instead of libgcc_s:
+/// a C++ program's exceptions still use the program's unwinder.
+#[test]
+fn a_cpp_program_still_throws_and_catches() {
+    let Some(cxx) = program(&["c++", "g++", "clang++"]) else {
+        eprintln!("SKIP: no C++ compiler");
+        return;
+    };
+    let dir = scratch();
+    let src = dir.path().join("ex.cpp");
+    std::fs::write(
+        &src,
+        "#include <cstdio>\n#include <stdexcept>\n#include <fstream>\n#include <string>\n\
+         int main(int, char** argv) { std::ifstream f(argv[1]); std::string s; std::getline(f, s);\n\
+         try { throw std::runtime_error(\"thrown\"); }\n\
+         catch (const std::exception& e) { std::printf(\"caught %s %zu\\n\", e.what(), s.size()); }\n\
+         return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("ex");
+    let o = out(Command::new(&cxx).arg("-O1").arg("-o").arg(&exe).arg(&src));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let data = gen(dir.path(), "data", 1 << 20);
+    for mode in ["--readahead", "--uncached", "--off"] {
+        let o = out(&mut ahead_cmd(&["run", mode, "--", s(&exe), s(&data)]));
+        assert!(o.status.success(), "{mode}: {}", stderr(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).starts_with("caught thrown"),
+            "{mode}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}

@@ -34,6 +34,7 @@ mod helper;
 mod hooks;
 mod quiet;
 mod uncached;
+mod unwind;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
