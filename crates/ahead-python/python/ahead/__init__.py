@@ -1,0 +1,231 @@
+"""ahead: local files and objects in stores (``s3://``, ``http(s)://``) as
+Python file objects, read through ahead's cache and readahead.
+
+    import ahead
+    with ahead.open("data.bin") as f:          # a local file, Direct mode
+        header = f.read(4096)
+        f.seek(-65536, 2)
+        tail = f.read()
+    with ahead.open("s3://bucket/key") as f:   # AWS_* from the environment
+        buf = bytearray(1 << 20)
+        f.readinto(buf)
+
+* ``ahead.open`` returns an :class:`File`, an ``io.BufferedIOBase``: ``read``,
+  ``read1``, ``readinto``, ``readinto1``, ``readline``, iteration, ``seek``,
+  ``tell``, ``close`` and ``with`` work as for ``open(path, "rb")``.
+* Reads release the GIL while they wait and copy; threads may share a file.
+* Safe across ``fork``: a child makes its own engine and reopens its files,
+  at the positions they had, on its first use of them.
+* One :class:`Engine` is one memory budget for every file opened through
+  it; ``ahead.open`` without one uses a process-wide default engine.
+"""
+
+import io as _io
+import os as _os
+
+from . import _ahead
+
+__all__ = ["open", "Engine", "File"]
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _size(v, what):
+    """A byte count from an int or a string such as '512m' or '1g'."""
+    if v is None or isinstance(v, int):
+        if isinstance(v, int) and v <= 0:
+            raise ValueError(f"{what} must be positive, not {v}")
+        return v
+    if isinstance(v, str):
+        s = v.strip().lower().removesuffix("ib").removesuffix("b")
+        num, unit = s, ""
+        if s and s[-1] in _SIZE_UNITS:
+            num, unit = s[:-1], s[-1]
+        try:
+            n = int(float(num) * _SIZE_UNITS[unit])
+        except ValueError:
+            raise ValueError(f"{what}={v!r}: a size such as 4096, '512m' or '1g'") from None
+        if n <= 0:
+            raise ValueError(f"{what} must be positive, not {v!r}")
+        return n
+    raise ValueError(f"{what}={v!r}: a size such as 4096, '512m' or '1g'")
+
+
+class Engine:
+    """One cache budget and readahead configuration shared by the files
+    opened through it.
+
+    ``cache``: the budget, bytes or a size string ('1g'); ``policy``:
+    'ahead' (the default), 'ondemand' or 'legacy'; ``max_readahead``: the
+    largest window.
+    """
+
+    def __init__(self, cache=None, policy=None, max_readahead=None, *, _native=None):
+        self._native = _native or _ahead.Engine(
+            _size(cache, "cache"), policy, _size(max_readahead, "max_readahead")
+        )
+
+    def open(self, path, mode="rb", *, io=None):
+        """Opens ``path`` (a path or an ``s3://``/``http(s)://`` URL) for
+        reading through this engine; see :func:`ahead.open`."""
+        return open(path, mode, io=io, engine=self)
+
+    def stats(self):
+        """The engine's counters, as a dict."""
+        return self._native.stats()
+
+
+_default = None
+
+
+def _default_engine():
+    global _default
+    if _default is None:
+        _default = Engine(_native=_ahead.default())
+    return _default
+
+
+class File(_io.BufferedIOBase):
+    """A file or object opened for reading by :func:`ahead.open`."""
+
+    def __init__(self, raw):
+        super().__init__()
+        self._raw = raw
+
+    # What it is.
+    @property
+    def name(self):
+        return self._raw.name
+
+    @property
+    def mode(self):
+        return "rb"
+
+    @property
+    def size(self):
+        """The size in bytes when it was opened."""
+        return self._raw.size
+
+    def readable(self):
+        self._check()
+        return True
+
+    def seekable(self):
+        self._check()
+        return True
+
+    def writable(self):
+        self._check()
+        return False
+
+    def _check(self):
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+
+    # Reading.
+    def read(self, size=-1):
+        self._check()
+        if size is None:
+            size = -1
+        return self._raw.read(int(size))
+
+    def read1(self, size=-1):
+        return self.read(size)
+
+    def readinto(self, b):
+        self._check()
+        return self._raw.readinto(b)
+
+    def readinto1(self, b):
+        return self.readinto(b)
+
+    def readline(self, size=-1):
+        self._check()
+        if size is None:
+            size = -1
+        start = self._raw.tell()
+        out = bytearray()
+        # Short first (most lines are), doubling for long ones.
+        chunk = 256
+        while size < 0 or len(out) < size:
+            want = chunk if size < 0 else min(chunk, size - len(out))
+            piece = self._raw.read(want)
+            if not piece:
+                break
+            nl = piece.find(b"\n")
+            if nl >= 0:
+                out += piece[: nl + 1]
+                break
+            out += piece
+            chunk = min(chunk * 2, 1 << 16)
+        self._raw.seek(start + len(out))
+        return bytes(out)
+
+    def pread(self, size, offset):
+        """``size`` bytes at ``offset`` without moving the position."""
+        self._check()
+        return self._raw.pread(size, offset)
+
+    # Position.
+    def seek(self, offset, whence=_os.SEEK_SET):
+        self._check()
+        return self._raw.seek(offset, whence)
+
+    def tell(self):
+        self._check()
+        return self._raw.tell()
+
+    # What ahead adds.
+    def stats(self):
+        """The file's counters, as a dict (objects add ``remote_*``)."""
+        self._check()
+        return self._raw.stats()
+
+    def advise(self, advice, offset=0, length=0):
+        """How ``[offset, offset + length)`` will be read (``length`` 0: to
+        the end): 'normal', 'sequential', 'reverse', 'random' or
+        'willneed'."""
+        self._check()
+        self._raw.advise(advice, offset, length)
+
+    def prefetch(self, ranges):
+        """Starts reading the ``(offset, length)`` ranges now."""
+        self._check()
+        self._raw.prefetch([(int(o), int(n)) for o, n in ranges])
+
+    def close(self):
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+    def detach(self):
+        raise _io.UnsupportedOperation("detach")
+
+    def __repr__(self):
+        return f"<ahead.File name={self.name!r} size={self.size}>"
+
+
+def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None):
+    """Opens ``path`` for reading through ahead: a local path (``str`` or
+    ``os.PathLike``), or an ``s3://bucket/key`` (credentials, region and
+    endpoint from the standard ``AWS_*`` environment) or ``http(s)://``
+    URL. Returns a :class:`File`.
+
+    ``mode``: 'rb' only. ``io``: 'direct' (the default: ahead's own cache),
+    'buffered' (the kernel's cache) or 'uncached' (the kernel's cache left
+    as it was), for local files. ``cache`` and ``policy`` make an engine of
+    their own for this file; ``engine`` shares one (the default: the
+    process-wide engine).
+    """
+    if mode not in ("rb", "br"):
+        raise ValueError(f"mode={mode!r}: ahead files are read-only and binary ('rb')")
+    if engine is not None and (cache is not None or policy is not None):
+        raise ValueError("give either engine, or cache and policy")
+    if engine is None:
+        engine = Engine(cache, policy) if (cache is not None or policy is not None) else _default_engine()
+    path = _os.fspath(path)
+    if isinstance(path, bytes):
+        path = _os.fsdecode(path)
+    if not isinstance(path, str):
+        raise ValueError(f"path={path!r}: a path or a URL")
+    return File(engine._native.open(path, io))
