@@ -134,6 +134,12 @@ class File(_io.BufferedIOBase):
 
     def readinto(self, b):
         self._check()
+        if not isinstance(b, bytearray):
+            # A buffer of other items (a numpy array of uint64, an
+            # array.array) as the bytes it holds: a view, not a copy.
+            m = memoryview(b)
+            if m.format != "B" or m.ndim != 1:
+                b = m.cast("B")
         return self._raw.readinto(b)
 
     def readinto1(self, b):
