@@ -9,6 +9,33 @@ use object_store::ObjectStoreExt;
 use super::{expect_ok, Objects};
 use crate::{Error, Result};
 
+/// Reads `reads` in batches of `depth` with `fetch` (one batch's buffers,
+/// in order) until the deadline: every byte checked, each read's latency
+/// its batch's; the bytes read.
+fn in_batches<B: AsRef<[u8]>>(
+    reads: &[(usize, u64, u64)],
+    depth: usize,
+    (started, deadline): (Instant, Duration),
+    lat: &mut Vec<f64>,
+    mut fetch: impl FnMut(&[(usize, u64, u64)]) -> Result<Vec<B>>,
+) -> Result<u64> {
+    let mut done = 0;
+    for batch in reads.chunks(depth) {
+        if started.elapsed() > deadline {
+            break;
+        }
+        let t = Instant::now();
+        let bufs = fetch(batch)?;
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        for (r, b) in batch.iter().zip(&bufs) {
+            expect_ok(b.as_ref(), r.0, r.1)?;
+            done += r.2;
+            lat.push(us);
+        }
+    }
+    Ok(done)
+}
+
 pub(super) fn read_ahead(
     files: &[Option<ahead::File>],
     reads: &[(usize, u64, u64)],
@@ -17,12 +44,7 @@ pub(super) fn read_ahead(
     deadline: Duration,
     lat: &mut Vec<f64>,
 ) -> Result<u64> {
-    let mut done = 0;
-    for batch in reads.chunks(depth) {
-        if started.elapsed() > deadline {
-            break;
-        }
-        let t = Instant::now();
+    in_batches(reads, depth, (started, deadline), lat, |batch| {
         let mut bufs: Vec<Vec<u8>> = batch.iter().map(|r| vec![0u8; r.2 as usize]).collect();
         let file = files[batch[0].0]
             .as_ref()
@@ -39,14 +61,8 @@ pub(super) fn read_ahead(
                 r?;
             }
         }
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        for (r, b) in batch.iter().zip(&bufs) {
-            expect_ok(b, r.0, r.1)?;
-            done += r.2;
-            lat.push(us);
-        }
-    }
-    Ok(done)
+        Ok(bufs)
+    })
 }
 
 pub(super) fn read_naive(
@@ -58,12 +74,7 @@ pub(super) fn read_naive(
     rt: &tokio::runtime::Runtime,
     lat: &mut Vec<f64>,
 ) -> Result<u64> {
-    let mut done = 0;
-    for batch in reads.chunks(depth) {
-        if started.elapsed() > deadline {
-            break;
-        }
-        let t = Instant::now();
+    in_batches(reads, depth, (started, deadline), lat, |batch| {
         let got = rt.block_on(async {
             let futs = batch.iter().map(|&(o, off, len)| {
                 let store = objs.store.clone();
@@ -76,17 +87,13 @@ pub(super) fn read_naive(
             }
             out
         });
-        let us = t.elapsed().as_secs_f64() * 1e6;
-        for (r, g) in batch.iter().zip(got) {
-            let b = g
-                .map_err(|e| Error::msg(e.to_string()))?
-                .map_err(|e| Error::msg(e.to_string()))?;
-            expect_ok(&b, r.0, r.1)?;
-            done += r.2;
-            lat.push(us);
-        }
-    }
-    Ok(done)
+        got.into_iter()
+            .map(|g| {
+                g.map_err(|e| Error::msg(e.to_string()))?
+                    .map_err(|e| Error::msg(e.to_string()))
+            })
+            .collect()
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -172,6 +172,23 @@ pub struct SourceId {
     pub object: u128,
 }
 
+impl SourceId {
+    /// A source of `size` bytes known by nothing else (the fields a file's
+    /// metadata or an object's tag fill are zero).
+    pub(super) fn blank(size: u64, chunk: u64) -> SourceId {
+        SourceId {
+            size,
+            mtime_ns: 0,
+            ctime_ns: 0,
+            ino: 0,
+            dev: 0,
+            block: false,
+            chunk,
+            object: 0,
+        }
+    }
+}
+
 /// What binds a journal to its copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {

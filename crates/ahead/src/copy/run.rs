@@ -302,16 +302,7 @@ fn new_tmp(
             name: place::bytes(name).to_vec(),
             tmp_name: tmp_name.clone(),
             tmp: (m.dev(), m.ino()),
-            src: src_id.unwrap_or(SourceId {
-                size: 0,
-                mtime_ns: 0,
-                ctime_ns: 0,
-                ino: 0,
-                dev: 0,
-                block: false,
-                chunk,
-                object: 0,
-            }),
+            src: src_id.unwrap_or(SourceId::blank(0, chunk)),
         };
         j.start(&header).map_err(io_err("write", j.path(), None))?;
     }

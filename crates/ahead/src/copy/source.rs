@@ -276,14 +276,8 @@ pub(super) fn source_id(source: &Source, chunk: u64) -> Option<SourceId> {
             let tag = object.etag()?;
             let id = format!("{}\n{tag}", object.url());
             return Some(SourceId {
-                size,
-                mtime_ns: 0,
-                ctime_ns: 0,
-                ino: 0,
-                dev: 0,
-                block: false,
-                chunk,
                 object: xxhash_rust::xxh3::xxh3_128(id.as_bytes()),
+                ..SourceId::blank(size, chunk)
             });
         }
     };
