@@ -68,6 +68,12 @@ enum BenchWhat {
     /// and bandwidth: ahead, object_store's BufReader and one GET per read,
     /// beside what the network allows.
     Remote(ahead_bench::remote_suite::RemoteArgs),
+    /// The remote benchmark's embedded S3 server behind its network
+    /// profile, for programs in other languages (the Python package's
+    /// tests and benchmark): prints where it is as one JSON line, then
+    /// answers `put KEY PATH`, `bytes` and `fail SHARE` on standard input
+    /// until it closes.
+    Serve(ahead_bench::remote_suite::ServeArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -75,6 +81,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(BenchWhat::Copy(c)) => return Ok(ahead_bench::copy_suite::run(c)?),
         Some(BenchWhat::Mix(m)) => return Ok(ahead_bench::mix_suite::run(m)?),
         Some(BenchWhat::Remote(r)) => return Ok(ahead_bench::remote_suite::main(r).map(|_| ())?),
+        Some(BenchWhat::Serve(s)) => return Ok(ahead_bench::remote_suite::serve(s)?),
         None => {}
     }
     let config = args.engine.config()?;

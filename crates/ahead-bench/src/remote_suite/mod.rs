@@ -29,11 +29,13 @@ mod args;
 mod copy;
 mod readers;
 mod report;
+mod serve;
 
 pub use report::{plot, table};
 
 pub use args::{main, RemoteArgs};
 use readers::{read_ahead, read_bufreader, read_naive};
+pub use serve::{main as serve, ServeArgs};
 
 /// The benchmark's patterns, by their JSON names (`copy`: the large
 /// object downloaded to a file, see [`copy`]).

@@ -1,0 +1,128 @@
+//! `ahead bench serve`: the remote benchmark's server and network for a
+//! program in another language (the Python package's tests and
+//! `python -m ahead.bench`): the embedded S3 server, behind the shaper
+//! with a profile of `ahead bench remote`, until its standard input
+//! closes.
+//!
+//! It prints one JSON line on standard output — where the shaped and the
+//! unshaped endpoints are, the bucket, the credentials and the profile —
+//! then answers commands, one line each, with one JSON line:
+//!
+//! * `put KEY PATH`: uploads the local file `PATH` as `KEY` (by ahead's
+//!   own upload, on the unshaped endpoint); `{"bytes": …}`.
+//! * `bytes`: `{"bytes_down": N}`, the bytes the server has sent through
+//!   the shaper so far (what the clients fetched).
+//! * `fail SHARE`: answers that share of GETs with 503 from now on (0
+//!   stops); `{"fail": SHARE}`.
+//!
+//! A command that fails answers `{"error": "…"}` and the server goes on.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use serde_json::{json, Value};
+
+use crate::shaper::{NetProfile, Shaper};
+use crate::{Error, Result};
+
+/// Arguments of `ahead bench serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Where the server keeps its objects (made if missing).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The bucket to make.
+    #[arg(long, default_value = "bench")]
+    pub bucket: String,
+    /// The network in front of it: s3, lan, LATENCY_MS,PER_CONN_MBPS,TOTAL_MBPS,
+    /// or none (the server's own endpoint only).
+    #[arg(long, default_value = "s3")]
+    pub profile: String,
+}
+
+/// Runs the server until standard input closes.
+pub fn main(args: ServeArgs) -> Result<()> {
+    std::fs::create_dir_all(&args.dir)?;
+    let server = ahead::testdata::s3::Server::start(&args.dir, &[args.bucket.as_str()])?;
+    let profile = match args.profile.as_str() {
+        "none" => None,
+        p => Some(NetProfile::parse(p)?),
+    };
+    let shaper = profile
+        .map(|p| Shaper::start(server.addr(), p))
+        .transpose()?;
+    let endpoint = shaper
+        .as_ref()
+        .map_or_else(|| server.endpoint(), Shaper::endpoint);
+    let hello = json!({
+        "endpoint": endpoint,
+        "direct": server.endpoint(),
+        "bucket": args.bucket,
+        "access_key": ahead::testdata::s3::ACCESS_KEY,
+        "secret_key": ahead::testdata::s3::SECRET_KEY,
+        "region": "us-east-1",
+        "profile": profile.map(|p| json!({
+            "name": p.name,
+            "first_byte_ms": p.first_byte.as_secs_f64() * 1e3,
+            "per_conn_bps": p.per_conn,
+            "total_bps": p.total,
+            "max_rps": p.max_rps,
+        })),
+    });
+    let stdout = std::io::stdout();
+    let say = |v: Value| -> Result<()> {
+        let mut out = stdout.lock();
+        writeln!(out, "{v}")?;
+        out.flush()?;
+        Ok(())
+    };
+    say(hello)?;
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        let answer = command(&server, &args.bucket, shaper.as_ref(), line.trim())
+            .unwrap_or_else(|e| json!({ "error": e.to_string() }));
+        say(answer)?;
+    }
+    Ok(())
+}
+
+fn command(
+    server: &ahead::testdata::s3::Server,
+    bucket: &str,
+    shaper: Option<&Shaper>,
+    line: &str,
+) -> Result<Value> {
+    let mut words = line.splitn(3, ' ');
+    match (words.next(), words.next(), words.next()) {
+        (Some("put"), Some(key), Some(path)) => {
+            let store = server.store(bucket)?;
+            let opts = ahead::copy::CopyOptions::default();
+            let name = format!("s3://{bucket}/{key}");
+            let r = ahead::copy::upload_object(
+                std::path::Path::new(path),
+                store,
+                object_store::path::Path::from(key),
+                &name,
+                &opts,
+                &|_| {},
+            )?;
+            Ok(json!({ "bytes": r.bytes }))
+        }
+        (Some("bytes"), None, None) => Ok(json!({
+            "bytes_down": shaper.map_or(0, |s| s.bytes_down().load(Ordering::Relaxed)),
+        })),
+        (Some("fail"), Some(share), None) => {
+            let share: f64 = share
+                .parse()
+                .ok()
+                .filter(|s| (0.0..=1.0).contains(s))
+                .ok_or_else(|| Error::msg(format!("fail {share}: a share from 0 to 1")))?;
+            server.faults().fail_share(share);
+            Ok(json!({ "fail": share }))
+        }
+        _ => Err(Error::msg(format!(
+            "'{line}': put KEY PATH, bytes, or fail SHARE"
+        ))),
+    }
+}
