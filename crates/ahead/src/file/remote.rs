@@ -22,7 +22,14 @@ impl Engine {
     /// file is read. Its size and ETag are taken now; reads are held to
     /// that version (see [`crate::remote`]).
     pub fn open_url(&self, url: &str) -> Result<File> {
-        let (store, path) = crate::remote::store_for_url(url)
+        self.open_url_with(url, &[])
+    }
+
+    /// [`Engine::open_url`] with object_store configuration `options`
+    /// over the environment (see [`crate::remote::store_for_url_with`]):
+    /// `[("endpoint", "http://…"), ("allow_http", "true")]`.
+    pub fn open_url_with(&self, url: &str, options: &[(String, String)]) -> Result<File> {
+        let (store, path) = crate::remote::store_for_url_with(url, options)
             .map_err(|e| Error::io("open", url.as_ref(), None, e))?;
         self.open_object(store, path, url)
     }

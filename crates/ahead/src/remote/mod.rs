@@ -262,6 +262,17 @@ pub fn is_url(s: &str) -> bool {
 /// `s3a://`) with the `AWS_*` environment (credentials, region,
 /// `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`), or `http(s)://host/path`.
 pub fn store_for_url(url: &str) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    store_for_url_with(url, &[])
+}
+
+/// [`store_for_url`] with `options` over the environment: object_store's
+/// configuration keys and values (for S3 `endpoint`, `access_key_id`,
+/// `secret_access_key`, `region`, `allow_http`, … with or without `aws_`;
+/// for HTTP its client's keys). An unknown key is an `InvalidInput` error.
+pub fn store_for_url_with(
+    url: &str,
+    options: &[(String, String)],
+) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)> {
     let parsed = url::Url::parse(url).map_err(|e| invalid(format!("{url}: {e}")))?;
     let retry = object_store::RetryConfig {
         backoff: object_store::BackoffConfig {
@@ -292,6 +303,14 @@ pub fn store_for_url(url: &str) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)
                     b = b.with_config(key, v);
                 }
             }
+            for (k, v) in options {
+                let key = k.to_ascii_lowercase().parse().map_err(|_| {
+                    invalid(format!(
+                        "{url}: '{k}' is not an S3 option object_store knows"
+                    ))
+                })?;
+                b = b.with_config(key, v);
+            }
             let s3 = b
                 .with_url(url)
                 .with_retry(retry)
@@ -301,14 +320,19 @@ pub fn store_for_url(url: &str) -> io::Result<(Arc<dyn ObjectStore>, ObjectPath)
         }
         "http" | "https" => {
             let origin = parsed.origin().ascii_serialization();
-            Arc::new(
-                object_store::http::HttpBuilder::new()
-                    .with_url(origin)
-                    .with_retry(retry)
-                    .with_client_options(client.with_allow_http(true))
-                    .build()
-                    .map_err(|e| invalid(format!("{url}: {e}")))?,
-            )
+            let mut b = object_store::http::HttpBuilder::new()
+                .with_url(origin)
+                .with_retry(retry)
+                .with_client_options(client.with_allow_http(true));
+            for (k, v) in options {
+                let key = k.to_ascii_lowercase().parse().map_err(|_| {
+                    invalid(format!(
+                        "{url}: '{k}' is not an HTTP client option object_store knows"
+                    ))
+                })?;
+                b = b.with_config(key, v);
+            }
+            Arc::new(b.build().map_err(|e| invalid(format!("{url}: {e}")))?)
         }
         other => {
             return Err(invalid(format!(
@@ -334,6 +358,10 @@ fn io_error(url: &str, e: object_store::Error) -> io::Error {
             io::ErrorKind::StaleNetworkFileHandle,
             format!("{url}: {CHANGED}"),
         ),
+        e @ (object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }) => {
+            io::Error::new(io::ErrorKind::PermissionDenied, format!("{url}: {e}"))
+        }
         other => io::Error::other(format!("{url}: {other}")),
     }
 }
