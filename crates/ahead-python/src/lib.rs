@@ -32,6 +32,14 @@ fn pid() -> u32 {
 /// An `ahead::Error` as the Python exception a file object would raise.
 fn os_error(e: ahead::Error) -> PyErr {
     match &e {
+        ahead::Error::Io { source, .. }
+            if source.raw_os_error().is_none()
+                && source.kind() == std::io::ErrorKind::InvalidInput =>
+        {
+            // A URL or an option the store does not take: the caller's
+            // argument, as Python's own functions report one.
+            PyValueError::new_err(e.to_string())
+        }
         ahead::Error::Io { path, source, .. } => {
             let msg = e.to_string();
             let name = path.to_string_lossy().into_owned();
@@ -42,7 +50,6 @@ fn os_error(e: ahead::Error) -> PyErr {
                         std::io::ErrorKind::NotFound => libc::ENOENT,
                         std::io::ErrorKind::PermissionDenied => libc::EACCES,
                         std::io::ErrorKind::StaleNetworkFileHandle => libc::ESTALE,
-                        std::io::ErrorKind::InvalidInput => libc::EINVAL,
                         _ => libc::EIO,
                     };
                     PyOSError::new_err((errno, msg, name))
@@ -136,10 +143,17 @@ impl Engine {
         stats_dict(py, &e.stats())
     }
 
-    /// Opens `path` (a local file, or an `s3://` or `http(s)://` URL).
-    #[pyo3(signature = (path, io=None))]
-    fn open(&self, path: &str, io: Option<&str>) -> PyResult<RawFile> {
-        RawFile::open(self.cell.clone(), path, io)
+    /// Opens `path` (a local file, or an `s3://` or `http(s)://` URL;
+    /// `options`: object_store configuration for a URL, over the `AWS_*`
+    /// environment).
+    #[pyo3(signature = (path, io=None, options=None))]
+    fn open(
+        &self,
+        path: &str,
+        io: Option<&str>,
+        options: Option<Vec<(String, String)>>,
+    ) -> PyResult<RawFile> {
+        RawFile::open(self.cell.clone(), path, io, options.unwrap_or_default())
     }
 }
 
@@ -186,6 +200,7 @@ struct RawFile {
     engine: Arc<EngineCell>,
     path: String,
     mode: ahead::Mode,
+    options: Vec<(String, String)>,
     size: u64,
     state: Mutex<State>,
 }
@@ -201,9 +216,14 @@ fn parse_mode(io: Option<&str>) -> PyResult<ahead::Mode> {
     }
 }
 
-fn open_file(engine: &ahead::Engine, path: &str, mode: ahead::Mode) -> ahead::Result<ahead::File> {
+fn open_file(
+    engine: &ahead::Engine,
+    path: &str,
+    mode: ahead::Mode,
+    options: &[(String, String)],
+) -> ahead::Result<ahead::File> {
     if ahead::remote::is_url(path) {
-        return engine.open_url(path);
+        return engine.open_url_with(path, options);
     }
     let mut opts = ahead::OpenOptions::default();
     opts.mode = mode;
@@ -211,8 +231,18 @@ fn open_file(engine: &ahead::Engine, path: &str, mode: ahead::Mode) -> ahead::Re
 }
 
 impl RawFile {
-    fn open(engine: Arc<EngineCell>, path: &str, io: Option<&str>) -> PyResult<RawFile> {
+    fn open(
+        engine: Arc<EngineCell>,
+        path: &str,
+        io: Option<&str>,
+        options: Vec<(String, String)>,
+    ) -> PyResult<RawFile> {
         let mode = parse_mode(io)?;
+        if !options.is_empty() && !ahead::remote::is_url(path) {
+            return Err(PyValueError::new_err(format!(
+                "{path}: options are for objects (s3://, http(s)://), not local files"
+            )));
+        }
         if ahead::remote::is_url(path) && io.is_some_and(|m| m != "direct") {
             return Err(PyValueError::new_err(format!(
                 "{path}: an object is read through ahead's cache (io='direct')"
@@ -226,11 +256,12 @@ impl RawFile {
             )));
         }
         let e = engine.get()?;
-        let file = open_file(&e, path, mode).map_err(os_error)?;
+        let file = open_file(&e, path, mode, &options).map_err(os_error)?;
         Ok(RawFile {
             engine,
             path: path.to_owned(),
             mode,
+            options,
             size: file.len(),
             state: Mutex::new(State {
                 open: Some(Open {
@@ -259,7 +290,7 @@ impl RawFile {
         }
         if st.open.is_none() {
             let e = self.engine.get()?;
-            let file = open_file(&e, &self.path, self.mode).map_err(os_error)?;
+            let file = open_file(&e, &self.path, self.mode, &self.options).map_err(os_error)?;
             st.open = Some(Open {
                 pid: here,
                 file: Arc::new(file),

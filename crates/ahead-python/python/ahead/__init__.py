@@ -65,10 +65,10 @@ class Engine:
             _size(cache, "cache"), policy, _size(max_readahead, "max_readahead")
         )
 
-    def open(self, path, mode="rb", *, io=None):
+    def open(self, path, mode="rb", *, io=None, options=None):
         """Opens ``path`` (a path or an ``s3://``/``http(s)://`` URL) for
         reading through this engine; see :func:`ahead.open`."""
-        return open(path, mode, io=io, engine=self)
+        return open(path, mode, io=io, engine=self, options=options)
 
     def stats(self):
         """The engine's counters, as a dict."""
@@ -88,9 +88,18 @@ def _default_engine():
 class File(_io.BufferedIOBase):
     """A file or object opened for reading by :func:`ahead.open`."""
 
-    def __init__(self, raw):
+    def __init__(self, raw, io=None, options=None):
         super().__init__()
         self._raw = raw
+        self._io = io
+        self._options = options
+
+    def __reduce__(self):
+        # Pickled (a spawn-started DataLoader worker receives its dataset
+        # so): opened again by name in the receiving process, through its
+        # default engine, at the same position.
+        self._check()
+        return (_reopen, (self.name, self._io, self._options, self.tell()))
 
     # What it is.
     @property
@@ -211,7 +220,7 @@ class File(_io.BufferedIOBase):
         return f"<ahead.File name={self.name!r} size={self.size}>"
 
 
-def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None):
+def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None, options=None):
     """Opens ``path`` for reading through ahead: a local path (``str`` or
     ``os.PathLike``), or an ``s3://bucket/key`` (credentials, region and
     endpoint from the standard ``AWS_*`` environment) or ``http(s)://``
@@ -221,7 +230,10 @@ def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None):
     'buffered' (the kernel's cache) or 'uncached' (the kernel's cache left
     as it was), for local files. ``cache`` and ``policy`` make an engine of
     their own for this file; ``engine`` shares one (the default: the
-    process-wide engine).
+    process-wide engine). ``options``: for a URL, object_store's
+    configuration over the environment, such as ``{"endpoint":
+    "http://127.0.0.1:9000", "access_key_id": …, "secret_access_key": …,
+    "region": …, "allow_http": "true"}``.
     """
     if mode not in ("rb", "br"):
         raise ValueError(f"mode={mode!r}: ahead files are read-only and binary ('rb')")
@@ -234,4 +246,15 @@ def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None):
         path = _os.fsdecode(path)
     if not isinstance(path, str):
         raise ValueError(f"path={path!r}: a path or a URL")
-    return File(engine._native.open(path, io))
+    if options is not None:
+        if not isinstance(options, dict):
+            raise ValueError(f"options={options!r}: a dict of object store options")
+        options = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
+    native_options = list(options.items()) if options is not None else None
+    return File(engine._native.open(path, io, native_options), io, options)
+
+
+def _reopen(name, io, options, pos):
+    f = open(name, io=io, options=options)
+    f.seek(pos)
+    return f

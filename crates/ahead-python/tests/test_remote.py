@@ -1,0 +1,138 @@
+"""Objects in an S3 store (the embedded server, run by `ahead bench serve`)
+read through ahead.open: the bytes, the io API, errors, a store that fails
+some requests, an object overwritten mid-read, forked workers."""
+
+import errno
+import multiprocessing as mp
+import os
+
+import pytest
+
+import ahead
+from conftest import expected
+
+SIZE = (6 << 20) + 4321
+
+
+@pytest.fixture(scope="module")
+def obj(s3):
+    return s3.put("py/gen.bin", expected(0, SIZE))
+
+
+def test_an_object_reads_as_its_bytes(s3, obj):
+    with ahead.open(obj, options=s3.options()) as f:
+        assert f.size == SIZE and f.name == obj
+        assert f.read(1000) == expected(0, 1000)
+        f.seek(-65536, 2)
+        assert f.read() == expected(SIZE - 65536, 65536)
+        # Backward 64 KiB reads, then random ones, then readinto.
+        for at in range(SIZE - (64 << 10), 0, -(1 << 20)):
+            f.seek(at)
+            assert f.read(64 << 10) == expected(at, 64 << 10)
+        for at in (5, 4097, SIZE // 3, SIZE - 10):
+            assert f.pread(4096, at) == expected(at, min(4096, SIZE - at))
+        b = bytearray(300_001)
+        f.seek(17)
+        assert f.readinto(b) == len(b) and bytes(b) == expected(17, len(b))
+        st = f.stats()
+        assert st["remote_requests"] > 0 and st["remote_bytes_fetched"] >= 1000
+
+
+def test_the_aws_environment_is_read_when_no_options_are_given(s3, obj, monkeypatch):
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    with ahead.open(obj) as f:
+        assert f.read(5000) == expected(0, 5000)
+
+
+def test_errors(s3, obj):
+    with pytest.raises(FileNotFoundError):
+        ahead.open(s3.url("py/no-such-object"), options=s3.options())
+    with pytest.raises(ValueError):
+        ahead.open(obj, options={**s3.options(), "no_such_option": "1"})
+    with pytest.raises(ValueError):
+        ahead.open(obj, io="buffered", options=s3.options())
+    with pytest.raises(ValueError):
+        ahead.open("/tmp", options=s3.options())
+    with pytest.raises(PermissionError):
+        ahead.open(obj, options={**s3.options(), "secret_access_key": "wrong"})
+    f = ahead.open(obj, options=s3.options())
+    f.close()
+    with pytest.raises(ValueError):
+        f.read(1)
+
+
+def test_failed_requests_are_retried_and_the_bytes_stay_right(s3, obj):
+    s3.fail(0.3)
+    try:
+        with ahead.open(obj, options=s3.options(), cache="64m") as f:
+            f.seek(SIZE // 2)
+            assert f.read(2 << 20) == expected(SIZE // 2, 2 << 20)
+    finally:
+        s3.fail(0)
+
+
+def test_an_object_overwritten_mid_read_is_an_error_not_other_bytes(s3):
+    url = s3.put("py/changing.bin", expected(0, 4 << 20))
+    with ahead.open(url, options=s3.options(), cache="16m") as f:
+        assert f.read(4096) == expected(0, 4096)
+        s3.put("py/changing.bin", b"\xff" * (4 << 20))
+        f.seek(3 << 20)
+        with pytest.raises(OSError) as e:
+            f.read(4096)
+        assert e.value.errno == errno.ESTALE
+
+
+N_OBJECTS = 64
+OBJ_SIZE = 256 << 10
+
+
+@pytest.fixture(scope="module")
+def many(s3):
+    return [s3.put(f"py/many/{i:03}", expected(i * OBJ_SIZE, OBJ_SIZE)) for i in range(N_OBJECTS)]
+
+
+_FILES = []
+
+
+def _sample(args):
+    i, at = args
+    f = _FILES[i]
+    f.seek(at)
+    return f.read(4096) == expected(i * OBJ_SIZE + at, 4096), os.getpid()
+
+
+@pytest.mark.parametrize("run", range(10))
+def test_8_forked_workers_over_64_objects_read_right(s3, many, run):
+    # Opened in the parent, as a DataLoader's dataset is, and inherited by
+    # 8 forked workers, each with its own engine and positions.
+    _FILES[:] = [ahead.open(u, options=s3.options()) for u in many]
+    try:
+        assert _FILES[0].read(10) == expected(0, 10)
+        work = [((k * 7 + run) % N_OBJECTS, (k * 4099) % (OBJ_SIZE - 4096)) for k in range(256)]
+        with mp.get_context("fork").Pool(8) as pool:
+            got = pool.map_async(_sample, work, chunksize=4).get(timeout=120)
+        assert all(ok for ok, _ in got)
+        assert len({pid for _, pid in got}) > 1
+        # The parent's files are as they were.
+        assert _FILES[0].read(10) == expected(10, 10)
+    finally:
+        for f in _FILES:
+            f.close()
+        _FILES.clear()
+
+
+def _read_passed(f):
+    return f.tell(), f.read(4096)
+
+
+def test_files_pickle_to_spawned_workers_at_their_positions(s3, many):
+    files = [ahead.open(u, options=s3.options()) for u in many[:8]]
+    for i, f in enumerate(files):
+        f.seek(i * 1000)
+    with mp.get_context("spawn").Pool(2) as pool:
+        got = pool.map(_read_passed, files)
+    for i, (pos, data) in enumerate(got):
+        assert pos == i * 1000 and data == expected(i * OBJ_SIZE + i * 1000, 4096)
+    for f in files:
+        f.close()
