@@ -401,19 +401,15 @@ impl File {
         if let Some(n) = self.read_hit(buf, offset) {
             return Ok(n);
         }
-        let mut done = 0usize;
-        while done < buf.len() {
-            let at = offset + done as u64;
-            let len = self.piece_len(at, buf.len() - done);
-            if len == 0 {
-                break; // past any end of file
-            }
-            let n = self.read_piece(&mut buf[done..done + len], at, Issue::Inline, None)?;
-            done += n;
-            if n < len {
-                break;
-            }
+        let len = self.piece_len(offset, buf.len());
+        if len < buf.len() && len > 0 {
+            return self.read_large(buf, offset);
         }
+        let done = if len == 0 {
+            0 // past any end of file
+        } else {
+            self.read_piece(buf, offset, Issue::Inline, None)?
+        };
         self.served(done as u64);
         Ok(done)
     }
