@@ -343,6 +343,11 @@ pub fn store_for_url_with(
     Ok((store, path))
 }
 
+/// A version's tag from its ETag.
+fn etag_tag(etag: &str) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(etag.as_bytes())
+}
+
 fn invalid(why: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, why)
 }
@@ -425,6 +430,16 @@ impl ObjectSource {
 
     /// A HEAD: the object as it is now, which its reads are held to from
     /// here on.
+    /// The version the last look found (at open, or the latest refresh),
+    /// without asking the store again.
+    pub(crate) fn known_version(&self) -> Version {
+        let v = self.version.lock().unwrap_or_else(|p| p.into_inner());
+        Version {
+            size: v.0,
+            tag: v.1.as_deref().map_or(0, etag_tag),
+        }
+    }
+
     fn look(&self) -> io::Result<Version> {
         let (store, path, url) = (self.store.clone(), self.path.clone(), self.url.clone());
         let meta = self
@@ -435,10 +450,7 @@ impl ObjectSource {
         let meta = meta.inspect_err(|_| {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
         })?;
-        let tag = meta
-            .e_tag
-            .as_deref()
-            .map_or(0, |t| xxhash_rust::xxh3::xxh3_128(t.as_bytes()));
+        let tag = meta.e_tag.as_deref().map_or(0, etag_tag);
         let size = meta.size;
         *self.version.lock().unwrap_or_else(|p| p.into_inner()) = (size, meta.e_tag);
         Ok(Version { size, tag })
