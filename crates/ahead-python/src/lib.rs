@@ -98,10 +98,18 @@ impl EngineCell {
 }
 
 static DEFAULT: Mutex<Option<Arc<EngineCell>>> = Mutex::new(None);
+static DEFAULT_OBJECTS: Mutex<Option<Arc<EngineCell>>> = Mutex::new(None);
 
-fn default_engine() -> Arc<EngineCell> {
-    lock(&DEFAULT)
-        .get_or_insert_with(|| Arc::new(EngineCell::new(ahead::EngineConfig::default())))
+/// The process-wide engine for local files, or for objects (whose windows
+/// and GETs are sized for a store: `EngineConfig::for_objects`).
+fn default_engine(objects: bool) -> Arc<EngineCell> {
+    let (cell, config): (_, fn() -> ahead::EngineConfig) = if objects {
+        (&DEFAULT_OBJECTS, ahead::EngineConfig::for_objects)
+    } else {
+        (&DEFAULT, ahead::EngineConfig::default)
+    };
+    lock(cell)
+        .get_or_insert_with(|| Arc::new(EngineCell::new(config())))
         .clone()
 }
 
@@ -115,11 +123,21 @@ struct Engine {
 #[pymethods]
 impl Engine {
     /// `cache`: the cache budget in bytes; `policy`: `ahead`, `ondemand` or
-    /// `legacy`; `max_readahead`: the largest window in bytes.
+    /// `legacy`; `max_readahead`: the largest window in bytes; `objects`:
+    /// windows and requests sized for objects in a store.
     #[new]
-    #[pyo3(signature = (cache=None, policy=None, max_readahead=None))]
-    fn new(cache: Option<u64>, policy: Option<&str>, max_readahead: Option<u64>) -> PyResult<Self> {
-        let mut config = ahead::EngineConfig::default();
+    #[pyo3(signature = (cache=None, policy=None, max_readahead=None, objects=false))]
+    fn new(
+        cache: Option<u64>,
+        policy: Option<&str>,
+        max_readahead: Option<u64>,
+        objects: bool,
+    ) -> PyResult<Self> {
+        let mut config = if objects {
+            ahead::EngineConfig::for_objects()
+        } else {
+            ahead::EngineConfig::default()
+        };
         if let Some(c) = cache {
             config = config.with_cache_bytes(c);
         }
@@ -129,8 +147,17 @@ impl Engine {
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
             config = config.with_policy(kind);
         }
-        if let Some(m) = max_readahead {
-            config = config.with_max_readahead(m);
+        match max_readahead {
+            Some(m) => config = config.with_max_readahead(m),
+            // A budget too small for the default window (the engine needs
+            // three): the largest window it holds, whole pages.
+            None if config.max_readahead.saturating_mul(3) > config.cache_bytes => {
+                let page = config.page_size.max(1);
+                let fit = (config.cache_bytes / 3 / page * page).max(page);
+                let io = config.max_io.min(fit);
+                config = config.with_max_readahead(fit).with_max_io(io);
+            }
+            None => {}
         }
         Ok(Engine {
             cell: Arc::new(EngineCell::new(config)),
@@ -157,11 +184,13 @@ impl Engine {
     }
 }
 
-/// The default engine, shared by every `ahead.open` without one.
+/// The default engine, shared by every `ahead.open` without one: the one
+/// for local files, or with `objects` the one for objects.
 #[pyfunction]
-fn default() -> Engine {
+#[pyo3(signature = (objects=false))]
+fn default(objects: bool) -> Engine {
     Engine {
-        cell: default_engine(),
+        cell: default_engine(objects),
     }
 }
 

@@ -136,3 +136,15 @@ def test_files_pickle_to_spawned_workers_at_their_positions(s3, many):
         assert pos == i * 1000 and data == expected(i * OBJ_SIZE + i * 1000, 4096)
     for f in files:
         f.close()
+
+
+def test_objects_get_an_engine_sized_for_a_store(s3, obj):
+    # The default engine for objects asks for 1 MB in one GET (a local
+    # file's engine would split it into 256 KiB reads); a small budget
+    # given for an object shrinks its windows to fit rather than failing.
+    with ahead.open(obj, options=s3.options()) as f:
+        before = f.stats()["remote_requests"]
+        assert f.pread(1_000_000, 2 << 20) == expected(2 << 20, 1_000_000)
+        assert f.stats()["remote_requests"] - before == 1
+    with ahead.open(obj, options=s3.options(), cache="8m") as f:
+        assert f.pread(1_000_000, 3 << 20) == expected(3 << 20, 1_000_000)

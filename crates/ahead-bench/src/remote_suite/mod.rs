@@ -98,12 +98,9 @@ impl RemoteConfig {
             reps: 3,
             patterns: PATTERNS.iter().map(|s| s.to_string()).collect(),
             cache_bytes: 256 << 20,
-            // Near the network's bandwidth-delay product with room for the
-            // ramp-up: 1 GiB read forward went from 0.47 to 0.95 of the
-            // oracle with 16 MiB windows of 256 KiB GETs against these
-            // (ahead bench remote --patterns seq, profile s3).
-            max_readahead: 64 << 20,
-            max_io: 4 << 20,
+            // The library's windows and GETs for objects.
+            max_readahead: ahead::EngineConfig::for_objects().max_readahead,
+            max_io: ahead::EngineConfig::for_objects().max_io,
             endpoint: None,
             credentials: None,
             server: "embedded (s3s-fs)".into(),

@@ -17,7 +17,9 @@ Python file objects, read through ahead's cache and readahead.
 * Safe across ``fork``: a child makes its own engine and reopens its files,
   at the positions they had, on its first use of them.
 * One :class:`Engine` is one memory budget for every file opened through
-  it; ``ahead.open`` without one uses a process-wide default engine.
+  it; ``ahead.open`` without one uses a process-wide default engine (one
+  for local files, one for objects, whose windows and requests are sized
+  for a store).
 """
 
 import io as _io
@@ -57,12 +59,13 @@ class Engine:
 
     ``cache``: the budget, bytes or a size string ('1g'); ``policy``:
     'ahead' (the default), 'ondemand' or 'legacy'; ``max_readahead``: the
-    largest window.
+    largest window; ``objects``: windows and requests sized for objects
+    in a store (64 MiB windows of 4 MiB GETs) rather than a local disk.
     """
 
-    def __init__(self, cache=None, policy=None, max_readahead=None, *, _native=None):
+    def __init__(self, cache=None, policy=None, max_readahead=None, *, objects=False, _native=None):
         self._native = _native or _ahead.Engine(
-            _size(cache, "cache"), policy, _size(max_readahead, "max_readahead")
+            _size(cache, "cache"), policy, _size(max_readahead, "max_readahead"), bool(objects)
         )
 
     def open(self, path, mode="rb", *, io=None, options=None):
@@ -75,14 +78,17 @@ class Engine:
         return self._native.stats()
 
 
-_default = None
+_defaults = {}
 
 
-def _default_engine():
-    global _default
-    if _default is None:
-        _default = Engine(_native=_ahead.default())
-    return _default
+def _default_engine(objects):
+    if objects not in _defaults:
+        _defaults[objects] = Engine(_native=_ahead.default(objects))
+    return _defaults[objects]
+
+
+def _is_url(path):
+    return path.split("://", 1)[0].lower() in ("s3", "s3a", "http", "https") and "://" in path
 
 
 class File(_io.BufferedIOBase):
@@ -230,7 +236,8 @@ def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None, opti
     'buffered' (the kernel's cache) or 'uncached' (the kernel's cache left
     as it was), for local files. ``cache`` and ``policy`` make an engine of
     their own for this file; ``engine`` shares one (the default: the
-    process-wide engine). ``options``: for a URL, object_store's
+    process-wide engine for local files, or the one for objects).
+    ``options``: for a URL, object_store's
     configuration over the environment, such as ``{"endpoint":
     "http://127.0.0.1:9000", "access_key_id": …, "secret_access_key": …,
     "region": …, "allow_http": "true"}``.
@@ -239,13 +246,17 @@ def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None, opti
         raise ValueError(f"mode={mode!r}: ahead files are read-only and binary ('rb')")
     if engine is not None and (cache is not None or policy is not None):
         raise ValueError("give either engine, or cache and policy")
-    if engine is None:
-        engine = Engine(cache, policy) if (cache is not None or policy is not None) else _default_engine()
     path = _os.fspath(path)
     if isinstance(path, bytes):
         path = _os.fsdecode(path)
     if not isinstance(path, str):
         raise ValueError(f"path={path!r}: a path or a URL")
+    if engine is None:
+        objects = _is_url(path)
+        if cache is not None or policy is not None:
+            engine = Engine(cache, policy, objects=objects)
+        else:
+            engine = _default_engine(objects)
     if options is not None:
         if not isinstance(options, dict):
             raise ValueError(f"options={options!r}: a dict of object store options")
