@@ -137,9 +137,9 @@ class File(_io.BufferedIOBase):
         if self.closed:
             raise ValueError("I/O operation on closed file.")
 
-    # Reading.
+    # Reading. The native file checks for a closed file itself (the same
+    # ValueError), so the calls on every read's path do not check twice.
     def read(self, size=-1):
-        self._check()
         if size is None:
             size = -1
         return self._raw.read(int(size))
@@ -148,7 +148,6 @@ class File(_io.BufferedIOBase):
         return self.read(size)
 
     def readinto(self, b):
-        self._check()
         if not isinstance(b, bytearray):
             # A buffer of other items (a numpy array of uint64, an
             # array.array) as the bytes it holds: a view, not a copy.
@@ -184,16 +183,13 @@ class File(_io.BufferedIOBase):
 
     def pread(self, size, offset):
         """``size`` bytes at ``offset`` without moving the position."""
-        self._check()
         return self._raw.pread(size, offset)
 
     # Position.
     def seek(self, offset, whence=_os.SEEK_SET):
-        self._check()
         return self._raw.seek(offset, whence)
 
     def tell(self):
-        self._check()
         return self._raw.tell()
 
     # What ahead adds.

@@ -13,7 +13,8 @@ the first byte, 90 MB/s per connection, 250 MB/s in all):
   installed;
 * ``boto3``: one ranged GET per read.
 
-Local engines (a generated file): the built-in ``open`` and ``ahead.open``.
+Local engines (a generated file): the built-in ``open(path, "rb")`` and
+``ahead.open``.
 
 Patterns: ``seq`` (1 MiB reads), ``backward`` (64 KiB reads from the end),
 ``random`` (4 KiB reads at random), ``random-64k-t1`` and
@@ -66,6 +67,9 @@ def _write_generated(path, size, base=0):
     with open(path, "wb") as f:
         for at in range(0, size, 16 * MIB):
             f.write(_words(base + at, min(16 * MIB, size - at)))
+        # On the disk, so that a cold run's DONTNEED can drop every page.
+        f.flush()
+        os.fsync(f.fileno())
 
 
 # Readers of an object, each a file object with read, seek and tell.
@@ -290,7 +294,7 @@ def _child(spec):
 
         path, size = spec["path"], spec["size"]
         if pattern == "local-random-16k":
-            f = open(path, "rb", buffering=0) if engine == "open" else ahead.open(path)
+            f = open(path, "rb") if engine == "open" else ahead.open(path)
             buf = bytearray(16 * KIB)
             for at in range(0, size, MIB):  # warm: every engine's cache holds it
                 f.seek(at)
@@ -308,7 +312,7 @@ def _child(spec):
                 fd = os.open(path, os.O_RDONLY)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 os.close(fd)
-            f = open(path, "rb", buffering=0) if engine == "open" else ahead.open(path)
+            f = open(path, "rb") if engine == "open" else ahead.open(path)
             run.begin()
             for at in range(size - 64 * KIB, -1, -64 * KIB):
                 if not run.timed_read(f, at, 64 * KIB, 0):
