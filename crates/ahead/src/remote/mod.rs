@@ -303,12 +303,7 @@ pub fn store_for_url_with(
                     b = b.with_config(key, v);
                 }
             }
-            for (k, v) in options {
-                let key = k.to_ascii_lowercase().parse().map_err(|_| {
-                    invalid(format!(
-                        "{url}: '{k}' is not an S3 option object_store knows"
-                    ))
-                })?;
+            for (key, v) in parse_options(url, options, "an S3 option")? {
                 b = b.with_config(key, v);
             }
             let s3 = b
@@ -324,12 +319,7 @@ pub fn store_for_url_with(
                 .with_url(origin)
                 .with_retry(retry)
                 .with_client_options(client.with_allow_http(true));
-            for (k, v) in options {
-                let key = k.to_ascii_lowercase().parse().map_err(|_| {
-                    invalid(format!(
-                        "{url}: '{k}' is not an HTTP client option object_store knows"
-                    ))
-                })?;
+            for (key, v) in parse_options(url, options, "an HTTP client option")? {
                 b = b.with_config(key, v);
             }
             Arc::new(b.build().map_err(|e| invalid(format!("{url}: {e}")))?)
@@ -341,6 +331,26 @@ pub fn store_for_url_with(
         }
     };
     Ok((store, path))
+}
+
+/// `options`' keys as a store's configuration keys (`K`), any case; a key
+/// object_store does not know is an `InvalidInput` error naming `what` it
+/// should have been.
+fn parse_options<'a, K: std::str::FromStr>(
+    url: &str,
+    options: &'a [(String, String)],
+    what: &str,
+) -> io::Result<Vec<(K, &'a str)>> {
+    options
+        .iter()
+        .map(|(k, v)| {
+            let key = k
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| invalid(format!("{url}: '{k}' is not {what} object_store knows")))?;
+            Ok((key, v.as_str()))
+        })
+        .collect()
 }
 
 /// A version's tag from its ETag.
