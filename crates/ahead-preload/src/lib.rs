@@ -206,28 +206,46 @@ pub(crate) fn set_errno(e: c_int) {
 /// The helper's runtime of this process (replaced in a fork's child).
 pub(crate) static RUNTIME: AtomicPtr<helper::Runtime> = AtomicPtr::new(std::ptr::null_mut());
 
-fn getenv(name: &str) -> Option<String> {
-    std::env::var_os(name).and_then(|v| v.into_string().ok())
+/// An environment variable's bytes, read with the C library's `getenv`:
+/// no allocation and no lock, and none of the Rust standard library's
+/// environment code, so that loading the library touches as few pages as
+/// it can (every process under `ahead run` pays for them).
+fn env_bytes(name: &std::ffi::CStr) -> Option<&'static [u8]> {
+    // SAFETY: a NUL-terminated name.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: getenv's answer is a NUL-terminated string of the
+    // environment, which stays while the program does not change that
+    // variable (it does not before its constructors have run).
+    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+}
+
+/// A path variable as a `String` (statistics, trace), if set and UTF-8.
+fn env_string(name: &std::ffi::CStr) -> Option<String> {
+    env_bytes(name).and_then(|b| std::str::from_utf8(b).ok().map(str::to_owned))
 }
 
 extern "C" fn init() {
+    let mode = match env_bytes(c"AHEAD_RUN_MODE") {
+        Some(b"readahead") => Mode::Readahead,
+        Some(b"uncached") => Mode::Uncached,
+        Some(b"trace") => Mode::Trace,
+        _ => Mode::Off,
+    };
+    let stats = env_string(c"AHEAD_RUN_STATS");
+    let trace = env_string(c"AHEAD_RUN_TRACE");
+    if mode == Mode::Off && stats.is_none() && trace.is_none() {
+        // Nothing to do in this process: no helper, no fork handler.
+        return;
+    }
     set_busy_forever_during(|| {
-        let mode = match getenv("AHEAD_RUN_MODE").as_deref() {
-            Some("readahead") => Mode::Readahead,
-            Some("uncached") => Mode::Uncached,
-            Some("trace") => Mode::Trace,
-            _ => Mode::Off,
-        };
-        if getenv("AHEAD_RUN_DONTCACHE").as_deref() == Some("0") {
+        if env_bytes(c"AHEAD_RUN_DONTCACHE") == Some(b"0") {
             DONTCACHE.store(0, Ordering::Relaxed);
         }
-        let stats = getenv("AHEAD_RUN_STATS");
         quiet::STATS.store(stats.is_some(), Ordering::Relaxed);
-        let config = helper::Config {
-            stats,
-            trace: getenv("AHEAD_RUN_TRACE"),
-        };
-        helper::install(config);
+        helper::install(helper::Config { stats, trace });
         MODE.store(mode as u8, Ordering::Release);
         // SAFETY: registering plain functions.
         unsafe {
