@@ -124,14 +124,16 @@ struct Engine {
 impl Engine {
     /// `cache`: the cache budget in bytes; `policy`: `ahead`, `ondemand` or
     /// `legacy`; `max_readahead`: the largest window in bytes; `objects`:
-    /// windows and requests sized for objects in a store.
+    /// windows and requests sized for objects in a store; `max_io`: the
+    /// largest single read (or GET) in bytes.
     #[new]
-    #[pyo3(signature = (cache=None, policy=None, max_readahead=None, objects=false))]
+    #[pyo3(signature = (cache=None, policy=None, max_readahead=None, objects=false, max_io=None))]
     fn new(
         cache: Option<u64>,
         policy: Option<&str>,
         max_readahead: Option<u64>,
         objects: bool,
+        max_io: Option<u64>,
     ) -> PyResult<Self> {
         let mut config = if objects {
             ahead::EngineConfig::for_objects()
@@ -158,6 +160,9 @@ impl Engine {
                 config = config.with_max_readahead(fit).with_max_io(io);
             }
             None => {}
+        }
+        if let Some(m) = max_io {
+            config = config.with_max_io(m);
         }
         Ok(Engine {
             cell: Arc::new(EngineCell::new(config)),

@@ -201,3 +201,16 @@ def test_a_pool_of_8_workers_reads_right(data, method):
 def test_help_explains_itself():
     assert "s3://" in ahead.open.__doc__
     assert "budget" in ahead.Engine.__doc__
+
+
+def test_max_io_sets_the_largest_read(data):
+    # A cold 1 MiB read at a random place: 256 KiB reads by default, one
+    # read of 1 MiB with max_io="1m".
+    got = {}
+    for name, engine in (("default", ahead.Engine(cache="64m")), ("1m", ahead.Engine(cache="64m", max_io="1m"))):
+        with engine.open(data) as f:
+            assert f.pread(1 << 20, 3 << 20) == expected(3 << 20, 1 << 20)
+            got[name] = f.stats()["device_reads"]
+    assert got["1m"] < got["default"], got
+    with pytest.raises(ValueError):
+        ahead.Engine(max_io=0)

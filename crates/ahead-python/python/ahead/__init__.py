@@ -60,12 +60,18 @@ class Engine:
     ``cache``: the budget, bytes or a size string ('1g'); ``policy``:
     'ahead' (the default), 'ondemand' or 'legacy'; ``max_readahead``: the
     largest window; ``objects``: windows and requests sized for objects
-    in a store (64 MiB windows of 4 MiB GETs) rather than a local disk.
+    in a store (64 MiB windows of 4 MiB GETs) rather than a local disk;
+    ``max_io``: the largest single read or GET (a disk's default is 256
+    KiB; on a volume capped by IOPS, larger reads go further).
     """
 
-    def __init__(self, cache=None, policy=None, max_readahead=None, *, objects=False, _native=None):
+    def __init__(self, cache=None, policy=None, max_readahead=None, *, objects=False, max_io=None, _native=None):
         self._native = _native or _ahead.Engine(
-            _size(cache, "cache"), policy, _size(max_readahead, "max_readahead"), bool(objects)
+            _size(cache, "cache"),
+            policy,
+            _size(max_readahead, "max_readahead"),
+            bool(objects),
+            _size(max_io, "max_io"),
         )
 
     def open(self, path, mode="rb", *, io=None, options=None):

@@ -9,6 +9,7 @@ class Engine:
         policy: str | None = None,
         max_readahead: int | None = None,
         objects: bool = False,
+        max_io: int | None = None,
     ) -> None: ...
     def stats(self) -> dict[str, int]: ...
     def open(
