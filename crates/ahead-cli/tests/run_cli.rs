@@ -38,6 +38,17 @@ fn stats_lines(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `ahead run --stats STATS -- CMD…`, which must succeed; its output and
+/// the statistics' lines.
+fn run_with_stats(stats: &Path, cmd: &[&str]) -> (std::process::Output, Vec<serde_json::Value>) {
+    let mut args = vec!["run", "--stats", s(stats), "--"];
+    args.extend_from_slice(cmd);
+    let o = out(&mut ahead_cmd(&args));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = stats_lines(stats);
+    (o, lines)
+}
+
 fn stats_of<'a>(lines: &'a [serde_json::Value], file: &Path) -> &'a serde_json::Value {
     // The preload names files as /proc/self/fd shows them: canonical.
     let file = std::fs::canonicalize(file).unwrap();
@@ -162,20 +173,11 @@ fn tac_gets_backward_hints_and_cat_none() {
     f.sync_all().unwrap();
     ahead::residency::evict(&f, 0, 0).unwrap();
     let stats = dir.path().join("stats.json");
-    let o = out(&mut ahead_cmd(&[
-        "run",
-        "--stats",
-        s(&stats),
-        "--",
-        s(&tac),
-        s(&file),
-    ]));
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, lines) = run_with_stats(&stats, &[s(&tac), s(&file)]);
     assert!(
         o.stdout == plain.stdout,
         "tac's output differs under ahead run"
     );
-    let lines = stats_lines(&stats);
     let st = stats_of(&lines, &file);
     assert!(st["hints"].as_u64().unwrap() > 0, "{st}");
     // tac reads every page it was hinted (at most the last window's worth
@@ -189,16 +191,7 @@ fn tac_gets_backward_hints_and_cat_none() {
     );
 
     // A forward stream is the kernel's: no hint.
-    let o = out(&mut ahead_cmd(&[
-        "run",
-        "--stats",
-        s(&stats),
-        "--",
-        "cat",
-        s(&file),
-    ]));
-    assert!(o.status.success());
-    let lines = stats_lines(&stats);
+    let (_, lines) = run_with_stats(&stats, &["cat", s(&file)]);
     let st = stats_of(&lines, &file);
     assert_eq!(st["hints"], 0, "{st}");
 }
@@ -417,11 +410,8 @@ fn a_mapped_file_is_reported_in_the_stats() {
         "import mmap\nf = open({:?}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nprint(len(m[:4096]))",
         s(&file)
     );
-    let mut c = ahead_cmd(&["run", "--stats", s(&stats), "--"]);
-    let o = out(c.arg(&python).args(["-c", &script]));
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (o, lines) = run_with_stats(&stats, &[s(&python), "-c", &script]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "4096");
-    let lines = stats_lines(&stats);
     let st = stats_of(&lines, &file);
     assert!(st["maps"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(st["requests"], 0, "{st}");
@@ -446,22 +436,13 @@ fn small_cached_and_forward_reads_cost_no_events() {
     let plain = out(Command::new(&tac).arg(&big));
     assert!(plain.status.success());
     for file in [&small, &big] {
-        let o = out(&mut ahead_cmd(&[
-            "run",
-            "--stats",
-            s(&stats),
-            "--",
-            s(&tac),
-            s(file),
-        ]));
-        assert!(o.status.success(), "{}", stderr(&o));
+        let (o, lines) = run_with_stats(&stats, &[s(&tac), s(file)]);
         if file == &big {
             assert!(
                 o.stdout == plain.stdout,
                 "tac's output differs under ahead run"
             );
         }
-        let lines = stats_lines(&stats);
         let st = stats_of(&lines, file);
         assert_eq!(st["requests"], 1, "only the first read is sent: {st}");
         assert_eq!(st["hints"], 0, "{st}");
@@ -474,16 +455,7 @@ fn small_cached_and_forward_reads_cost_no_events() {
     let f = std::fs::File::open(&big).unwrap();
     f.sync_all().unwrap();
     ahead::residency::evict(&f, 0, 0).unwrap();
-    let o = out(&mut ahead_cmd(&[
-        "run",
-        "--stats",
-        s(&stats),
-        "--",
-        "cat",
-        s(&big),
-    ]));
-    assert!(o.status.success());
-    let lines = stats_lines(&stats);
+    let (_, lines) = run_with_stats(&stats, &["cat", s(&big)]);
     assert_eq!(stats_of(&lines, &big)["requests"], 1, "{lines:?}");
 }
 
