@@ -516,10 +516,18 @@ impl RawFile {
     }
 }
 
+/// Whether `s` names an object by a URL ahead reads (`s3://`, `s3a://`,
+/// `http://`, `https://`) rather than a local path: the library's test.
+#[pyfunction]
+fn is_url(s: &str) -> bool {
+    ahead::remote::is_url(s)
+}
+
 #[pymodule]
 fn _ahead(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Engine>()?;
     m.add_class::<RawFile>()?;
     m.add_function(wrap_pyfunction!(default, m)?)?;
+    m.add_function(wrap_pyfunction!(is_url, m)?)?;
     Ok(())
 }

@@ -93,9 +93,6 @@ def _default_engine(objects):
     return _defaults[objects]
 
 
-def _is_url(path):
-    return path.split("://", 1)[0].lower() in ("s3", "s3a", "http", "https") and "://" in path
-
 
 class File(_io.BufferedIOBase):
     """A file or object opened for reading by :func:`ahead.open`."""
@@ -254,7 +251,7 @@ def open(path, mode="rb", *, io=None, cache=None, policy=None, engine=None, opti
     if not isinstance(path, str):
         raise ValueError(f"path={path!r}: a path or a URL")
     if engine is None:
-        objects = _is_url(path)
+        objects = _ahead.is_url(path)
         if cache is not None or policy is not None:
             engine = Engine(cache, policy, objects=objects)
         else:
