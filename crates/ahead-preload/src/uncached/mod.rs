@@ -30,8 +30,6 @@ mod snapshot;
 
 pub(crate) use snapshot::SnapSlot;
 
-/// `RWF_DONTCACHE` (include/uapi/linux/fs.h, Linux 6.14).
-const RWF_DONTCACHE: c_int = 0x80;
 /// The write fallback flushes and drops a file's dirty pages this often.
 pub const FLUSH_EVERY: u64 = 8 << 20;
 /// mmap by system call: the library's own mappings must not go through
@@ -92,7 +90,7 @@ fn with_dontcache(
                 iov.as_ptr(),
                 iov.len() as c_int,
                 off_arg(pos),
-                flags | RWF_DONTCACHE,
+                flags | libc::RWF_DONTCACHE,
             )
         },
         None => {
