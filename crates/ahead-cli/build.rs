@@ -1,36 +1,69 @@
-//! Builds the preload library of `ahead run` (crates/ahead-preload) and
-//! hands its bytes to the binary, so that the one `ahead` executable,
-//! wherever `cargo build` or `cargo install` left it, carries the library it
-//! loads into programs. The library is built in release mode, stripped,
-//! in a target directory of its own under OUT_DIR (a nested cargo cannot
-//! share the outer build's directory lock).
+//! Builds the two libraries of `ahead run` and hands their bytes to the
+//! binary, so that the one `ahead` executable, wherever `cargo build` or
+//! `cargo install` left it, carries what it loads into programs:
+//! * `libahead_shim.so` (crates/ahead-shim), the one preloaded into every
+//!   process, small and idle until a process first reads a regular file;
+//! * `libahead_preload.so` (crates/ahead-preload), the core the shim loads
+//!   then.
+//!
+//! They are built in release mode, stripped, with link-time optimisation
+//! and packed relative relocations (fewer pages for the loader to touch in
+//! every process), in a target directory of their own under OUT_DIR (a
+//! nested cargo cannot share the outer build's directory lock). A linker
+//! without `-z pack-relative-relocs` (GNU ld before 2.38) gets the build
+//! without it. The name of the directory `ahead run` places them in is a
+//! checksum of both, computed here once.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
     let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let here =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
-    let preload = here.join("../ahead-preload");
-    let core = here.join("../ahead/src");
+    let root = here.join("../..");
     for p in [
-        preload.join("src"),
-        preload.join("Cargo.toml"),
-        core.clone(),
-        here.join("../ahead/Cargo.toml"),
-        here.join("../../Cargo.lock"),
+        "crates/ahead-preload/src",
+        "crates/ahead-preload/Cargo.toml",
+        "crates/ahead-shim/src",
+        "crates/ahead-shim/Cargo.toml",
+        "crates/ahead/src",
+        "crates/ahead/Cargo.toml",
+        "Cargo.lock",
     ] {
-        println!("cargo:rerun-if-changed={}", p.display());
+        println!("cargo:rerun-if-changed={}", root.join(p).display());
     }
     let target_dir = out.join("preload-target");
+    if !build(&root, &target_dir, true) {
+        println!("cargo:warning=building the preload libraries without packed relocations");
+        assert!(
+            build(&root, &target_dir, false),
+            "building crates/ahead-shim and crates/ahead-preload failed"
+        );
+    }
+    let mut sum = Vec::new();
+    for name in ["libahead_shim.so", "libahead_preload.so"] {
+        let bytes = std::fs::read(target_dir.join("release").join(name))
+            .expect("reading a preload library");
+        sum.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&bytes).to_le_bytes());
+        std::fs::write(out.join(name), &bytes).expect("copying a preload library");
+    }
+    println!(
+        "cargo:rustc-env=AHEAD_PRELOAD_SUM={:016x}",
+        xxhash_rust::xxh3::xxh3_64(&sum)
+    );
+}
+
+/// One cargo build of both libraries; whether it succeeded.
+fn build(root: &Path, target_dir: &Path, packed: bool) -> bool {
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "--release", "--lib", "--quiet", "--manifest-path"])
-        .arg(preload.join("Cargo.toml"))
+    let mut c = Command::new(cargo);
+    c.args(["build", "--release", "--lib", "--quiet", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .args(["-p", "ahead-shim", "-p", "ahead-preload"])
         .arg("--target-dir")
-        .arg(&target_dir)
+        .arg(target_dir)
         .args([
             "--config",
             "profile.release.debug=0",
@@ -41,16 +74,21 @@ fn main() {
             // under `ahead run` loads.
             "--config",
             "profile.release.panic=\"abort\"",
-        ])
-        // The outer build's settings for its own target do not apply.
-        .env_remove("CARGO_TARGET_DIR")
+            "--config",
+            "profile.release.lto=true",
+            "--config",
+            "profile.release.codegen-units=1",
+        ]);
+    if packed {
+        c.args([
+            "--config",
+            "build.rustflags=[\"-C\", \"link-arg=-Wl,-z,pack-relative-relocs\"]",
+        ]);
+    }
+    // The outer build's settings for its own target do not apply.
+    c.env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET")
         .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS")
-        .status()
-        .expect("running cargo for the preload library");
-    assert!(status.success(), "building crates/ahead-preload failed");
-    let lib = target_dir.join("release/libahead_preload.so");
-    let dest = out.join("libahead_preload.so");
-    std::fs::copy(&lib, &dest).expect("copying the preload library");
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    c.status().is_ok_and(|s| s.success())
 }

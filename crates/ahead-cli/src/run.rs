@@ -3,11 +3,13 @@
 //! preload library of crates/ahead-preload (carried inside this binary by
 //! build.rs).
 //!
-//! The library is written once to the caller's private state directory
-//! (`~/.local/state/ahead/preload`, 0700, checked to be the caller's
-//! alone), named by a checksum of its bytes, and given to the program in
-//! `LD_PRELOAD`; then `ahead` execs the program, so the program's exit
-//! status and signals are its own.
+//! Two libraries are written once to the caller's private state directory
+//! (`~/.local/state/ahead/preload/SUM/`, 0700, checked to be the caller's
+//! alone, SUM a checksum of both): the shim (crates/ahead-shim), given to
+//! the program in `LD_PRELOAD`, and the core (crates/ahead-preload), which
+//! the shim loads at a process's first read of a regular file. Then `ahead`
+//! execs the program, so the program's exit status and signals are its
+//! own.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -19,8 +21,11 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use rustix::fs::{Mode, OFlags};
 
-/// The preload library's bytes.
-static PRELOAD: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libahead_preload.so"));
+/// The library preloaded into every process: it passes calls on, and loads
+/// the core at a process's first read of a regular file.
+static SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libahead_shim.so"));
+/// The library that acts (hints, uncached reads, traces, statistics).
+static CORE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libahead_preload.so"));
 
 /// Arguments of `ahead run`.
 #[derive(Args, Debug)]
@@ -205,29 +210,42 @@ fn launch(cmd: &[OsString], env: Vec<(&str, OsString)>) -> Result<()> {
     bail!("{}: {err}", cmd[0].to_string_lossy())
 }
 
-/// The library's path in the caller's private directory, written there if
-/// it is not already (the same bytes under the same checksum name).
+/// The shim's path in the caller's private directory, with the core beside
+/// it, both written there if they are not already.
+///
+/// The directory is named by a checksum of both libraries (computed by
+/// build.rs), so a build never meets another build's files. A library
+/// already there is taken when it is a regular file of the right size that
+/// the caller owns and no one else may write: it was written under a
+/// temporary name, flushed and renamed, so under its own name it is whole,
+/// and reading it back (half a megabyte on every `ahead run`) would check
+/// nothing more.
 fn library() -> Result<PathBuf> {
-    let dir = ahead::copy::StateDir::open_at(&["ahead", "preload"]).map_err(anyhow::Error::msg)?;
-    let sum = xxhash_rust::xxh3::xxh3_64(PRELOAD);
-    let name = format!("libahead_preload-{sum:016x}.so");
-    let path = dir.path().join(&name);
+    let dir = ahead::copy::StateDir::open_at(&["ahead", "preload", env!("AHEAD_PRELOAD_SUM")])
+        .map_err(anyhow::Error::msg)?;
+    // The core first: a shim in place means its core is too.
+    place(&dir, "libahead_preload.so", CORE)?;
+    place(&dir, "libahead_shim.so", SHIM)?;
+    Ok(dir.path().join("libahead_shim.so"))
+}
+
+/// Puts `bytes` in `dir` under `name`, unless they are there.
+fn place(dir: &ahead::copy::StateDir, name: &str, bytes: &[u8]) -> Result<()> {
     if let Ok(fd) = rustix::fs::openat(
         dir.fd(),
-        name.as_str(),
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
         Mode::empty(),
     ) {
         let st = rustix::fs::fstat(&fd)?;
-        let mut have = Vec::with_capacity(PRELOAD.len());
-        std::fs::File::from(fd).read_to_end(&mut have)?;
-        if st.st_uid == rustix::process::geteuid().as_raw()
+        if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file()
+            && st.st_uid == rustix::process::geteuid().as_raw()
             && st.st_mode & 0o022 == 0
-            && have == PRELOAD
+            && st.st_size as u64 == bytes.len() as u64
         {
-            return Ok(path);
+            return Ok(());
         }
-        rustix::fs::unlinkat(dir.fd(), name.as_str(), rustix::fs::AtFlags::empty())?;
+        rustix::fs::unlinkat(dir.fd(), name, rustix::fs::AtFlags::empty())?;
     }
     let token: u64 = {
         let mut b = [0u8; 8];
@@ -241,29 +259,29 @@ fn library() -> Result<PathBuf> {
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o500),
     )?;
-    let mut rest = PRELOAD;
+    let mut rest = bytes;
     while !rest.is_empty() {
         let n = rustix::io::write(&fd, rest)?;
         rest = &rest[n..];
     }
     rustix::fs::fsync(&fd)?;
     drop(fd);
-    rustix::fs::renameat(dir.fd(), tmp.as_str(), dir.fd(), name.as_str())?;
-    Ok(path)
+    rustix::fs::renameat(dir.fd(), tmp.as_str(), dir.fd(), name)?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_library_is_small() {
+    fn the_libraries_are_small() {
         // The descriptor table must stay all zeros (.bss): one non-zero
         // initial value put its 4 MiB in the file and cost every program
         // a 4.7 MB load.
-        assert!(
-            super::PRELOAD.len() < 2 << 20,
-            "{} bytes",
-            super::PRELOAD.len()
-        );
-        assert_eq!(&super::PRELOAD[..4], b"\x7fELF");
+        for lib in [super::SHIM, super::CORE] {
+            assert!(lib.len() < 2 << 20, "{} bytes", lib.len());
+            assert_eq!(&lib[..4], b"\x7fELF");
+        }
+        // The shim is what every process loads.
+        assert!(super::SHIM.len() < super::CORE.len());
     }
 }

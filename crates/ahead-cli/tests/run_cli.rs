@@ -459,6 +459,59 @@ fn small_cached_and_forward_reads_cost_no_events() {
     assert_eq!(stats_of(&lines, &big)["requests"], 1, "{lines:?}");
 }
 
+/// The libraries mapped into `sh` after it ran `prefix` (its own maps, as
+/// a child `cat` prints them), under `ahead run ARGS`.
+fn shell_libraries(args: &[&str], prefix: &str, stdin: &[u8]) -> Vec<String> {
+    use std::io::Write;
+    let script = format!("{prefix} cat /proc/$$/maps; true");
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--", "sh", "-c", &script]);
+    let mut child = ahead_cmd(&all)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut libs: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| p.contains("libahead_"))
+        .map(|p| p.rsplit('/').next().unwrap().to_owned())
+        .collect();
+    libs.sort();
+    libs.dedup();
+    libs
+}
+
+/// Every process loads only the small shim until it reads a regular file
+/// (reading a pipe is not enough); then the core. `--off` never loads the
+/// core, unless statistics are asked for.
+#[test]
+fn the_core_is_loaded_at_the_first_read_of_a_regular_file() {
+    let dir = scratch();
+    let file = lines_file(dir.path(), 4096);
+    let shim = vec!["libahead_shim.so".to_owned()];
+    let both = vec![
+        "libahead_preload.so".to_owned(),
+        "libahead_shim.so".to_owned(),
+    ];
+    assert_eq!(shell_libraries(&["run"], "", b""), shim);
+    assert_eq!(shell_libraries(&["run"], "read x;", b"a pipe\n"), shim);
+    let read_file = format!("read x < '{}';", file.display());
+    assert_eq!(shell_libraries(&["run"], &read_file, b""), both);
+    assert_eq!(
+        shell_libraries(&["run", "--uncached"], &read_file, b""),
+        both
+    );
+    assert_eq!(shell_libraries(&["run", "--off"], &read_file, b""), shim);
+    let stats = dir.path().join("stats.json");
+    let with_stats = ["run", "--off", "--stats", s(&stats)];
+    assert_eq!(shell_libraries(&with_stats, "", b""), both);
+}
+
 /// The library brings its own (hidden) unwinder stubs instead of libgcc_s:
 /// a C++ program's exceptions still use the program's unwinder.
 #[test]

@@ -1,6 +1,7 @@
-//! The interposed functions. Each one makes the call it replaces (found
-//! with `dlsym(RTLD_NEXT)`), and around it tells the helper what was read
-//! or, in uncached mode, reads or writes with `RWF_DONTCACHE` instead.
+//! The interposed functions. Each one makes the call it replaces (the
+//! next definition, [`next_definition`]), and around it tells the helper
+//! what was read or, in uncached mode, reads or writes with
+//! `RWF_DONTCACHE` instead.
 
 use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 
@@ -14,10 +15,7 @@ macro_rules! real {
         static P: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let mut p = P.load(std::sync::atomic::Ordering::Relaxed);
         if p == 0 {
-            // SAFETY: a NUL-terminated name; RTLD_NEXT from a shared object.
-            p = unsafe {
-                libc::dlsym(libc::RTLD_NEXT, concat!(stringify!($name), "\0").as_ptr() as *const libc::c_char)
-            } as usize;
+            p = $crate::hooks::next_definition(concat!(stringify!($name), "\0").as_ptr() as *const libc::c_char);
             P.store(p, std::sync::atomic::Ordering::Relaxed);
         }
         // SAFETY: the symbol has this C signature (or is absent: None).
@@ -25,6 +23,34 @@ macro_rules! real {
     }};
 }
 pub(crate) use real;
+
+/// The next definition of the C library function `name` (NUL-terminated),
+/// or 0. Loaded by the shim (crates/ahead-shim, with `dlopen` and
+/// `RTLD_LOCAL`), the core is in no search list `RTLD_NEXT` could walk
+/// from it: the shim's `ahead_shim_next` answers what comes after the
+/// shim. Preloaded directly, `RTLD_NEXT` from here.
+pub(crate) fn next_definition(name: *const c_char) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    /// The shim's function (1: looked for, not there).
+    static SHIM: AtomicUsize = AtomicUsize::new(0);
+    let mut shim = SHIM.load(Ordering::Relaxed);
+    if shim == 0 {
+        // SAFETY: a NUL-terminated name, looked up in the global scope.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ahead_shim_next".as_ptr()) };
+        shim = if p.is_null() { 1 } else { p as usize };
+        SHIM.store(shim, Ordering::Relaxed);
+    }
+    if shim != 1 {
+        // SAFETY: the shim's `ahead_shim_next` has this signature.
+        let f = unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn(*const c_char) -> *mut c_void>(shim)
+        };
+        // SAFETY: a NUL-terminated name, as the caller passes.
+        return unsafe { f(name) } as usize;
+    }
+    // SAFETY: a NUL-terminated name; RTLD_NEXT from a shared object.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name) as usize }
+}
 
 /// Calls the next definition, or fails with ENOSYS where there is none.
 macro_rules! call {
