@@ -512,6 +512,45 @@ fn the_core_is_loaded_at_the_first_read_of_a_regular_file() {
     assert_eq!(shell_libraries(&with_stats, "", b""), both);
 }
 
+/// A file read once where readahead cannot follow (one read near its end)
+/// starts no helper thread; a second such read does, and the policy then
+/// sees both.
+#[test]
+fn a_file_read_once_starts_no_helper() {
+    let Some(python) = program(&["python3"]) else {
+        eprintln!("SKIP: no python3");
+        return;
+    };
+    let dir = scratch();
+    let file = lines_file(dir.path(), 4 << 20);
+    let f = std::fs::File::open(&file).unwrap();
+    f.sync_all().unwrap();
+    let probe = r#"
+import os, sys
+def helpers():
+    return sum(open(f"/proc/self/task/{t}/comm").read().strip() == "ahead-run"
+               for t in os.listdir("/proc/self/task"))
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+os.pread(fd, 4096, size - 8192)
+print(helpers())
+os.pread(fd, 4096, size - 16384)
+print(helpers())
+"#;
+    // Cold, so that the file is neither small nor wholly cached.
+    ahead::residency::evict(&f, 0, 0).unwrap();
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--",
+        s(&python),
+        "-c",
+        probe,
+        s(&file),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n1\n");
+}
+
 /// The library brings its own (hidden) unwinder stubs instead of libgcc_s:
 /// a C++ program's exceptions still use the program's unwinder.
 #[test]

@@ -127,7 +127,7 @@ fn around_read(
     // their way while it runs; a trace records what came back.
     if let (Mode::Readahead, Bufs::One(_, n)) = (m, bufs) {
         if !quiet::pass(slot, bfd, offset, n as u64) {
-            helper::note(Kind::Read, fd, gen, offset, n as u64);
+            send(slot, fd, gen, offset, n as u64);
         }
         crate::set_errno(e);
         let r = call();
@@ -141,12 +141,25 @@ fn around_read(
     let r = call();
     if r > 0 {
         let e = crate::errno();
-        if !(ahead && quiet::pass(slot, bfd, offset, r as u64)) {
+        if !ahead {
             helper::note(Kind::Read, fd, gen, offset, r as u64);
+        } else if !quiet::pass(slot, bfd, offset, r as u64) {
+            send(slot, fd, gen, offset, r as u64);
         }
         crate::set_errno(e);
     }
     r
+}
+
+/// Readahead mode: a read the helper is to see, unless it is the file's
+/// first (held: [`quiet::hold`]).
+fn send(slot: &crate::Slot, fd: c_int, gen: u32, offset: u64, len: u64) {
+    if let Some(held) = quiet::hold(slot, offset, len) {
+        if let Some((at, n)) = held {
+            helper::note(Kind::Read, fd, gen, at, n);
+        }
+        helper::note(Kind::Read, fd, gen, offset, len);
+    }
 }
 
 fn around_write(

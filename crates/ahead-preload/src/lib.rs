@@ -64,6 +64,11 @@ pub(crate) struct Slot {
     /// Readahead mode with `--stats`: a read of the file was sent to the
     /// helper (the first always is, so that every file has its line).
     pub(crate) noted: AtomicU8,
+    /// Readahead mode: the first read that needed the helper, held until a
+    /// second one does ([`quiet::hold`]).
+    pub(crate) held: AtomicU8,
+    pub(crate) held_at: AtomicU64,
+    pub(crate) held_len: AtomicU64,
     /// Uncached mode: RWF_DONTCACHE was refused on this descriptor.
     pub(crate) no_dontcache: AtomicU8,
     /// Uncached mode's write fallback: bytes written since the last flush.
@@ -82,6 +87,9 @@ impl Slot {
             next: AtomicU64::new(0),
             reads: AtomicU32::new(0),
             noted: AtomicU8::new(0),
+            held: AtomicU8::new(quiet::NONE_HELD),
+            held_at: AtomicU64::new(0),
+            held_len: AtomicU64::new(0),
             no_dontcache: AtomicU8::new(0),
             unflushed: AtomicU64::new(0),
             snap: uncached::SnapSlot::new(),
@@ -105,6 +113,7 @@ pub(crate) fn reset(fd: c_int) {
         s.next.store(0, Ordering::Relaxed);
         s.reads.store(0, Ordering::Relaxed);
         s.noted.store(0, Ordering::Relaxed);
+        s.held.store(quiet::NONE_HELD, Ordering::Relaxed);
         s.no_dontcache.store(0, Ordering::Relaxed);
         s.unflushed.store(0, Ordering::Relaxed);
         s.gen.fetch_add(1, Ordering::AcqRel);

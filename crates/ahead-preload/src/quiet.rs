@@ -15,6 +15,14 @@
 //!   follows: it is not sent to the helper. Backward, strided and
 //!   interleaved reads never begin where the last one ended.
 //!
+//! * **One read.** The first read of a file that does need the helper is
+//!   held in the file's slot, not sent: a file read once (a lookup at the
+//!   end of a certificate bundle, a database's header) has no stream to
+//!   follow, and sending it would start the helper's thread for nothing.
+//!   A second read sends both, in order, before the helper could have
+//!   acted on the first anyway: no stream the policy detects is detected
+//!   later.
+//!
 //! Reads passed over are counted for `--stats` (`reads_passed`, for the
 //! process). With `--stats`, each file's first read still goes to the
 //! helper, so that every file read has its line.
@@ -104,6 +112,45 @@ pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bo
         PASSED.fetch_add(1, Ordering::Relaxed);
     }
     pass
+}
+
+/// [`Slot::held`]: no read held yet.
+pub(crate) const NONE_HELD: u8 = 0;
+/// A read is held.
+const HOLDING: u8 = 1;
+/// The held read was sent: every read is sent from here on.
+const SENT: u8 = 2;
+
+/// A read of `len` bytes at `offset` that needs the helper: `None` if it is
+/// held (the file's first such read; never with `--stats`, whose first
+/// read is sent), else the held read to send before it, if there is one.
+pub(crate) fn hold(slot: &Slot, offset: u64, len: u64) -> Option<Option<(u64, u64)>> {
+    if STATS.load(Ordering::Relaxed) {
+        return Some(None);
+    }
+    match slot.held.load(Ordering::Relaxed) {
+        SENT => Some(None),
+        NONE_HELD => {
+            slot.held_at.store(offset, Ordering::Relaxed);
+            slot.held_len.store(len, Ordering::Relaxed);
+            if slot
+                .held
+                .compare_exchange(NONE_HELD, HOLDING, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                None
+            } else {
+                Some(None)
+            }
+        }
+        _ => {
+            let at = slot.held_at.load(Ordering::Relaxed);
+            let len = slot.held_len.load(Ordering::Relaxed);
+            // One thread sends it (reads of one descriptor may race).
+            let mine = slot.held.swap(SENT, Ordering::AcqRel) == HOLDING;
+            Some(mine.then_some((at, len)))
+        }
+    }
 }
 
 /// A read at `offset` asked for more than it got: the next read that
