@@ -512,11 +512,12 @@ fn the_core_is_loaded_at_the_first_read_of_a_regular_file() {
     assert_eq!(shell_libraries(&with_stats, "", b""), both);
 }
 
-/// A file read once where readahead cannot follow (one read near its end)
-/// starts no helper thread; a second such read does, and the policy then
-/// sees both.
+/// Reads readahead cannot help load nothing: a cold file read forward
+/// (its first MiB), then once near its end, leaves a process with the shim alone and
+/// no helper thread. A second read near the end loads the core, whose
+/// policy then sees both (the helper starts).
 #[test]
-fn a_file_read_once_starts_no_helper() {
+fn forward_reads_and_a_single_read_load_nothing() {
     let Some(python) = program(&["python3"]) else {
         eprintln!("SKIP: no python3");
         return;
@@ -527,15 +528,22 @@ fn a_file_read_once_starts_no_helper() {
     f.sync_all().unwrap();
     let probe = r#"
 import os, sys
-def helpers():
-    return sum(open(f"/proc/self/task/{t}/comm").read().strip() == "ahead-run"
-               for t in os.listdir("/proc/self/task"))
+def state():
+    # The helper names itself once it runs: count threads, not names.
+    threads = len(os.listdir("/proc/self/task")) - 1
+    with open("/proc/self/maps") as m:
+        core = any("libahead_preload" in l for l in m)
+    print(threads, int(core))
+state()
 fd = os.open(sys.argv[1], os.O_RDONLY)
 size = os.fstat(fd).st_size
+for _ in range(16):
+    os.read(fd, 65536)
+state()
 os.pread(fd, 4096, size - 8192)
-print(helpers())
+state()
 os.pread(fd, 4096, size - 16384)
-print(helpers())
+state()
 "#;
     // Cold, so that the file is neither small nor wholly cached.
     ahead::residency::evict(&f, 0, 0).unwrap();
@@ -548,7 +556,12 @@ print(helpers())
         s(&file),
     ]));
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n1\n");
+    let text = String::from_utf8_lossy(&o.stdout);
+    if text.starts_with("0 1") {
+        eprintln!("SKIP: this python's start-up already loads the core");
+        return;
+    }
+    assert_eq!(text, "0 0\n0 0\n0 0\n1 1\n");
 }
 
 /// The library brings its own (hidden) unwinder stubs instead of libgcc_s:

@@ -277,6 +277,23 @@ fn set_busy_forever_during(f: impl FnOnce()) {
     let _ = BUSY.try_with(|b| b.set(was));
 }
 
+/// Called by the shim (crates/ahead-shim) just after it loaded this
+/// library for a read of `fd`: the read of `len` bytes at `offset` it
+/// passed on before, the descriptor's first that was not forward. The
+/// policy sees it with the read that follows, as if this library had held
+/// it ([`quiet::hold`]).
+#[no_mangle]
+pub extern "C" fn ahead_core_held(fd: c_int, offset: u64, len: u64) {
+    if mode() != Mode::Readahead || !may_act() {
+        return;
+    }
+    busy_during(|| {
+        if let Some((slot, _)) = regular(fd) {
+            quiet::held_before(slot, offset, len);
+        }
+    });
+}
+
 extern "C" fn after_fork_child() {
     helper::after_fork();
 }

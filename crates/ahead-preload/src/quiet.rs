@@ -153,6 +153,22 @@ pub(crate) fn hold(slot: &Slot, offset: u64, len: u64) -> Option<Option<(u64, u6
     }
 }
 
+/// A read of `len` bytes at `offset` made before the library was loaded
+/// (the shim passed it on): held as the file's first, and the stream's
+/// end where it ended.
+pub(crate) fn held_before(slot: &Slot, offset: u64, len: u64) {
+    slot.next
+        .store(offset.saturating_add(len), Ordering::Relaxed);
+    if STATS.load(Ordering::Relaxed) {
+        return;
+    }
+    slot.held_at.store(offset, Ordering::Relaxed);
+    slot.held_len.store(len, Ordering::Relaxed);
+    let _ = slot
+        .held
+        .compare_exchange(NONE_HELD, HOLDING, Ordering::AcqRel, Ordering::Relaxed);
+}
+
 /// A read at `offset` asked for more than it got: the next read that
 /// continues it begins at `end`.
 pub(crate) fn ended(slot: &Slot, end: u64) {

@@ -14,11 +14,16 @@
 //! loaded from, when it has work:
 //! * `--stats` and `ahead trace`: at load, so that every process has its
 //!   line or its reads recorded;
-//! * readahead and uncached mode: at the process's first read of a regular
-//!   file (uncached mode: or its first write of one), found with one
-//!   `fstat`. A descriptor found to be something else (a pipe, a terminal)
-//!   is remembered, so a program reading only pipes makes no more calls
-//!   than under `--off`;
+//! * uncached mode: at the process's first read or write of a regular
+//!   file, found with one `fstat`. A descriptor found to be something else
+//!   (a pipe, a terminal) is remembered, so a program reading only pipes
+//!   makes no more calls than under `--off`;
+//! * readahead mode: at the first read of a regular file that readahead
+//!   could help, which is later still. Reads that continue where the
+//!   descriptor's last one ended are the kernel's to follow, and are told
+//!   without a system call ([`fds`]); a descriptor's first read elsewhere
+//!   is passed on too (one read is no stream). The second read of a
+//!   descriptor that is not forward loads the core;
 //! * `--off` without `--stats`: never.
 //!
 //! From then on every hooked call goes to the core's function of the same
@@ -36,12 +41,13 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+mod fds;
 // The unwinder's entry points, as the core has them: no libgcc_s.
 #[path = "../../ahead-preload/src/unwind.rs"]
 mod unwind;
 
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 
@@ -60,27 +66,11 @@ const FAILED: u8 = 4;
 static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// Uncached mode: a write of a regular file loads the core too.
 static WRITES: AtomicBool = AtomicBool::new(false);
+/// Readahead mode: forward reads of tracked descriptors do not load the
+/// core ([`fds`]).
+static FORWARD: AtomicBool = AtomicBool::new(false);
 /// The core's `dlopen` handle.
 static HANDLE: AtomicUsize = AtomicUsize::new(0);
-
-/// Descriptors below 1,024 that a read found not to be a regular file
-/// while the core was not loaded (a bit each; cleared when the number is
-/// opened, closed or duplicated onto).
-static OTHER: [AtomicU64; 16] = [const { AtomicU64::new(0) }; 16];
-
-fn other_bit(fd: c_int) -> Option<(&'static AtomicU64, u64)> {
-    let i = usize::try_from(fd).ok().filter(|&i| i < 1024)?;
-    Some((&OTHER[i / 64], 1 << (i % 64)))
-}
-
-/// The number `fd` may now mean another file.
-fn forget(fd: c_int) {
-    if let Some((w, b)) = other_bit(fd) {
-        if w.load(Ordering::Relaxed) & b != 0 {
-            w.fetch_and(!b, Ordering::Relaxed);
-        }
-    }
-}
 
 fn errno() -> c_int {
     // SAFETY: glibc's per-thread errno location is always valid.
@@ -98,25 +88,50 @@ enum Wants {
     /// Nothing: an open, close or mapping is passed on until the core is
     /// loaded for a read.
     Nothing,
-    /// A read of `fd`.
-    Read(c_int),
-    /// A write of `fd` (loads the core in uncached mode only).
-    Write(c_int),
+    /// A read of `fd` at an offset (None: at its position).
+    Read(c_int, Option<i64>),
+    /// A write of `fd` (loads the core in uncached mode only) at an offset
+    /// (None: at its position).
+    Write(c_int, Option<i64>),
+}
+
+/// What the shim does with a call while the core is not loaded.
+enum Decision {
+    Pass,
+    /// A read of a tracked descriptor passed on (forward, or the first
+    /// that is not): where it ends is noted.
+    Forward(c_int, u64, bool),
+    /// The descriptor's first read that is not forward, passed on: where
+    /// it read is noted too, for the core to see with the next.
+    Held(c_int, u64, bool),
+    /// Load the core for a read of this descriptor (or a write).
+    Load(c_int),
 }
 
 /// Whether the call makes this process load the core now.
-fn loads(wants: Wants) -> bool {
+fn decide(wants: Wants) -> Decision {
     let fd = match wants {
-        Wants::Nothing => return false,
-        Wants::Read(fd) => fd,
-        Wants::Write(fd) if WRITES.load(Ordering::Relaxed) => fd,
-        Wants::Write(_) => return false,
-    };
-    let bit = other_bit(fd);
-    if let Some((w, b)) = bit {
-        if w.load(Ordering::Relaxed) & b != 0 {
-            return false;
+        Wants::Nothing => return Decision::Pass,
+        Wants::Read(fd, at) => {
+            if FORWARD.load(Ordering::Relaxed) {
+                if let Some(offset) = fds::forward(fd, at) {
+                    return Decision::Forward(fd, offset, at.is_none());
+                }
+            }
+            fd
         }
+        Wants::Write(fd, at) => {
+            if at.is_none() {
+                fds::untrack(fd);
+            }
+            if !WRITES.load(Ordering::Relaxed) {
+                return Decision::Pass;
+            }
+            fd
+        }
+    };
+    if fds::is_other(fd) {
+        return Decision::Pass;
     }
     let e = errno();
     // SAFETY: an all-zero stat is a valid value of this plain C struct;
@@ -126,15 +141,21 @@ fn loads(wants: Wants) -> bool {
     let ok = unsafe { libc::fstat64(fd, &mut st) } == 0;
     set_errno(e);
     if !ok {
-        return false;
+        return Decision::Pass;
     }
     if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-        return true;
+        if let (Wants::Read(_, at), true) = (wants, FORWARD.load(Ordering::Relaxed)) {
+            if fds::hold(fd) {
+                return match fds::offset(fd, at) {
+                    Some(offset) => Decision::Held(fd, offset, at.is_none()),
+                    None => Decision::Pass,
+                };
+            }
+        }
+        return Decision::Load(fd);
     }
-    if let Some((w, b)) = bit {
-        w.fetch_or(b, Ordering::Relaxed);
-    }
-    false
+    fds::mark_other(fd);
+    Decision::Pass
 }
 
 /// Loads the core (one thread; others meanwhile pass their calls on).
@@ -198,12 +219,43 @@ pub unsafe extern "C" fn ahead_shim_next(name: *const c_char) -> *mut c_void {
 }
 
 /// The function a hooked call goes to: the core's once it is loaded (the
-/// call may load it), else the next definition. 0 if there is none.
-fn target(next: &AtomicUsize, core: &AtomicUsize, name: &CStr, wants: Wants) -> usize {
+/// call may load it), else the next definition (0 if there is none); and,
+/// for a forward read passed on, what to note when it returns.
+fn target(
+    next: &AtomicUsize,
+    core: &AtomicUsize,
+    name: &CStr,
+    wants: Wants,
+) -> (usize, Option<Passed>) {
     let mut state = STATE.load(Ordering::Acquire);
-    if state == WAITING && loads(wants) {
-        load();
-        state = STATE.load(Ordering::Acquire);
+    let mut passed = None;
+    if state == WAITING {
+        match decide(wants) {
+            Decision::Pass => {}
+            Decision::Forward(fd, offset, current) => {
+                passed = Some(Passed {
+                    fd,
+                    offset,
+                    current,
+                    held: false,
+                })
+            }
+            Decision::Held(fd, offset, current) => {
+                passed = Some(Passed {
+                    fd,
+                    offset,
+                    current,
+                    held: true,
+                })
+            }
+            Decision::Load(fd) => {
+                load();
+                state = STATE.load(Ordering::Acquire);
+                if state == LOADED {
+                    replay(fd);
+                }
+            }
+        }
     }
     if state == LOADED {
         let mut p = core.load(Ordering::Relaxed);
@@ -214,7 +266,7 @@ fn target(next: &AtomicUsize, core: &AtomicUsize, name: &CStr, wants: Wants) -> 
             core.store(p, Ordering::Relaxed);
         }
         if p != 0 {
-            return p;
+            return (p, None);
         }
     }
     let mut p = next.load(Ordering::Relaxed);
@@ -223,13 +275,52 @@ fn target(next: &AtomicUsize, core: &AtomicUsize, name: &CStr, wants: Wants) -> 
         p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
         next.store(p, Ordering::Relaxed);
     }
-    p
+    (p, passed)
+}
+
+/// A read of a tracked descriptor passed on while the core was not loaded.
+struct Passed {
+    fd: c_int,
+    offset: u64,
+    current: bool,
+    held: bool,
+}
+
+impl Passed {
+    /// The read returned `r`.
+    fn done(&self, r: isize) {
+        fds::read_done(self.fd, self.offset, self.current, r);
+        if self.held {
+            fds::held_done(self.fd, self.offset, r);
+        }
+    }
+}
+
+/// The core was just loaded for a read of `fd`: the read of it passed on
+/// before, if there was one, goes to the core's policy first
+/// (`ahead_core_held`), so that a stream is seen from its first read.
+fn replay(fd: c_int) {
+    let Some((offset, len)) = fds::held_read(fd) else {
+        return;
+    };
+    let handle = HANDLE.load(Ordering::Acquire) as *mut c_void;
+    // SAFETY: a live handle and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(handle, c"ahead_core_held".as_ptr()) };
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: the core's `ahead_core_held` has this signature.
+    let f = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, u64, u64)>(p) };
+    let e = errno();
+    // SAFETY: a descriptor the program is reading, and where it read.
+    unsafe { f(fd, offset, len) };
+    set_errno(e);
 }
 
 /// Defines an exported hook: the call goes to [`target`]'s function with
 /// the caller's arguments; `$none` is returned (errno ENOSYS) where there
 /// is no function to call; `$after` sees the result while the core is not
-/// loaded (to forget descriptor numbers that now mean another file).
+/// loaded (to follow descriptors' positions, [`fds`]).
 macro_rules! hook {
     ($name:ident($($a:ident: $t:ty),*) -> $r:ty, $wants:expr, $none:expr) => {
         hook!($name($($a: $t),*) -> $r, $wants, $none, |_r| {});
@@ -240,9 +331,9 @@ macro_rules! hook {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
             static CORE_FN: AtomicUsize = AtomicUsize::new(0);
             let name = CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes());
-            let p = match name {
+            let (p, passed) = match name {
                 Ok(name) => target(&NEXT, &CORE_FN, name, $wants),
-                Err(_) => 0,
+                Err(_) => (0, None),
             };
             if p == 0 {
                 set_errno(libc::ENOSYS);
@@ -256,6 +347,9 @@ macro_rules! hook {
             let $res = unsafe { f($($a),*) };
             if STATE.load(Ordering::Relaxed) != LOADED {
                 let e = errno();
+                if let Some(passed) = &passed {
+                    passed.done(Returned::isize(&$res));
+                }
                 $after;
                 set_errno(e);
             }
@@ -265,49 +359,54 @@ macro_rules! hook {
 }
 
 // Reads: the first of a regular file loads the core.
-hook!(read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, Wants::Read(fd), -1);
-hook!(preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t, Wants::Read(fd), -1);
-hook!(preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t, Wants::Read(fd), -1);
-hook!(__read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(__pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t, Wants::Read(fd), -1);
-hook!(__pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t, buflen: size_t) -> ssize_t, Wants::Read(fd), -1);
+hook!(read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t, Wants::Read(fd, None), -1);
+hook!(pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
+hook!(pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
+hook!(readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, Wants::Read(fd, None), -1);
+hook!(preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
+hook!(preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
+hook!(preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t, Wants::Read(fd, (off != -1).then_some(off as i64)), -1);
+hook!(preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t, Wants::Read(fd, (off != -1).then_some(off as i64)), -1);
+hook!(__read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t, Wants::Read(fd, None), -1);
+hook!(__pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
+hook!(__pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t, buflen: size_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
 
 // Writes: the first of a regular file loads the core in uncached mode.
-hook!(write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t, Wants::Write(fd), -1);
-hook!(pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t, Wants::Write(fd), -1);
-hook!(pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t, Wants::Write(fd), -1);
-hook!(writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, Wants::Write(fd), -1);
-hook!(pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t, Wants::Write(fd), -1);
-hook!(pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t, Wants::Write(fd), -1);
-hook!(pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t, Wants::Write(fd), -1);
-hook!(pwritev64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t, Wants::Write(fd), -1);
-hook!(copy_file_range(fd_in: c_int, off_in: *mut off64_t, fd_out: c_int, off_out: *mut off64_t, len: size_t, flags: c_uint) -> ssize_t, Wants::Write(fd_in), -1);
+hook!(write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t, Wants::Write(fd, None), -1);
+hook!(pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t, Wants::Write(fd, Some(off as i64)), -1);
+hook!(pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off64_t) -> ssize_t, Wants::Write(fd, Some(off as i64)), -1);
+hook!(writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, Wants::Write(fd, None), -1);
+hook!(pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t, Wants::Write(fd, Some(off as i64)), -1);
+hook!(pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t, Wants::Write(fd, Some(off as i64)), -1);
+hook!(pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t, Wants::Write(fd, (off != -1).then_some(off as i64)), -1);
+hook!(pwritev64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t, Wants::Write(fd, (off != -1).then_some(off as i64)), -1);
+hook!(copy_file_range(fd_in: c_int, off_in: *mut off64_t, fd_out: c_int, off_out: *mut off64_t, len: size_t, flags: c_uint) -> ssize_t, Wants::Write(fd_in, Some(0)), -1, |_r| {
+    fds::untrack(fd_in);
+    fds::untrack(fd_out);
+});
 
 // Descriptors that now mean another file.
-hook!(open(path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(open64(path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(openat(dir: c_int, path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(openat64(dir: c_int, path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(__open_2(path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(__open64_2(path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(__openat_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(__openat64_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(creat(path: *const c_char, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(creat64(path: *const c_char, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(dup(old: c_int) -> c_int, Wants::Nothing, -1, |fd| forget(fd));
-hook!(dup2(old: c_int, new: c_int) -> c_int, Wants::Nothing, -1, |_r| forget(new));
-hook!(dup3(old: c_int, new: c_int, flags: c_int) -> c_int, Wants::Nothing, -1, |_r| forget(new));
-hook!(fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int, Wants::Nothing, -1, |r| dup_fd(cmd, r));
-hook!(fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int, Wants::Nothing, -1, |r| dup_fd(cmd, r));
-hook!(close(fd: c_int) -> c_int, Wants::Nothing, -1, |_r| forget(fd));
+hook!(open(path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(open64(path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(openat(dir: c_int, path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(openat64(dir: c_int, path: *const c_char, flags: c_int, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(__open_2(path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(__open64_2(path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(__openat_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(__openat64_2(dir: c_int, path: *const c_char, flags: c_int) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(creat(path: *const c_char, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(creat64(path: *const c_char, m: mode_t) -> c_int, Wants::Nothing, -1, |fd| fds::opened(fd));
+hook!(dup(old: c_int) -> c_int, Wants::Nothing, -1, |fd| shared(old, fd));
+hook!(dup2(old: c_int, new: c_int) -> c_int, Wants::Nothing, -1, |_r| shared(old, new));
+hook!(dup3(old: c_int, new: c_int, flags: c_int) -> c_int, Wants::Nothing, -1, |_r| shared(old, new));
+hook!(fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int, Wants::Nothing, -1, |r| dup_fd(fd, cmd, r));
+hook!(fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int, Wants::Nothing, -1, |r| dup_fd(fd, cmd, r));
+hook!(lseek(fd: c_int, off: off_t, whence: c_int) -> off_t, Wants::Nothing, -1, |r| fds::seeked(fd, r));
+hook!(lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t, Wants::Nothing, -1, |r| fds::seeked(fd, r));
+hook!(close(fd: c_int) -> c_int, Wants::Nothing, -1, |_r| fds::closed(fd));
 hook!(close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int, Wants::Nothing, -1, |_r| {
-    for fd in first..=last.min(1023) {
-        forget(fd as c_int);
+    for fd in first..=last.min(u16::MAX.into()) {
+        fds::closed(fd as c_int);
     }
 });
 hook!(fopen(path: *const c_char, m: *const c_char) -> *mut FILE, Wants::Nothing, std::ptr::null_mut(), |f| opened_stream(f));
@@ -318,16 +417,59 @@ hook!(fclose(f: *mut FILE) -> c_int, Wants::Nothing, -1);
 hook!(mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
 hook!(mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
 
-fn dup_fd(cmd: c_int, r: c_int) {
+/// `new` is a duplicate of `old`: the two share one position, which
+/// either may move.
+fn shared(old: c_int, new: c_int) {
+    fds::untrack(old);
+    fds::untrack(new);
+}
+
+fn dup_fd(old: c_int, cmd: c_int, r: c_int) {
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
-        forget(r);
+        shared(old, r);
     }
 }
 
+/// A stream's reads are the C library's own, unseen.
 fn opened_stream(f: *mut FILE) {
     if !f.is_null() {
         // SAFETY: a stream fopen just returned.
-        forget(unsafe { libc::fileno(f) });
+        fds::untrack(unsafe { libc::fileno(f) });
+    }
+}
+
+/// A call's result as a read's byte count.
+trait Returned {
+    fn isize(&self) -> isize;
+}
+
+impl Returned for isize {
+    fn isize(&self) -> isize {
+        *self
+    }
+}
+
+impl Returned for i32 {
+    fn isize(&self) -> isize {
+        *self as isize
+    }
+}
+
+impl Returned for i64 {
+    fn isize(&self) -> isize {
+        *self as isize
+    }
+}
+
+impl Returned for *mut c_void {
+    fn isize(&self) -> isize {
+        -1
+    }
+}
+
+impl Returned for *mut FILE {
+    fn isize(&self) -> isize {
+        -1
     }
 }
 
@@ -348,6 +490,7 @@ extern "C" fn init() {
         || env(c"AHEAD_RUN_TRACE").is_some()
         || mode == Some(b"trace");
     WRITES.store(mode == Some(b"uncached"), Ordering::Relaxed);
+    FORWARD.store(mode == Some(b"readahead"), Ordering::Relaxed);
     if acts || eager {
         STATE.store(WAITING, Ordering::Release);
     }

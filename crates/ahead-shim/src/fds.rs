@@ -1,0 +1,178 @@
+//! What the shim knows of each descriptor while the core is not loaded:
+//! enough to tell, without a system call, that a read continues the last
+//! one.
+//!
+//! A forward read is the kernel's to follow (its own readahead does), and
+//! the core passes it over too. So a process whose reads of regular files
+//! all continue where the descriptor's last read ended (`cat`, `grep`, a
+//! compiler reading its sources, Python reading its modules) never needs
+//! the core, nor even an `fstat` per file. This holds for descriptors the
+//! shim saw opened, whose every change of position it sees: reads and
+//! `lseek` move it, `pread` does not. A descriptor that was inherited,
+//! duplicated, opened by stdio (whose reads are internal to the C library)
+//! or written at its position has a position the shim does not know, and
+//! its first read of a regular file loads the core as before.
+//!
+//! A position the shim gets wrong (a forked child reading a shared
+//! descriptor, `sendfile` moving it) never changes what the program sees:
+//! at worst a read is taken for forward and passed over, or the core is
+//! loaded where it was not needed.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use libc::c_int;
+
+/// Descriptors tracked (0..SLOTS); others are never "forward".
+const SLOTS: usize = 1 << 16;
+
+/// The position is unknown.
+const UNTRACKED: u8 = 0;
+/// Opened here, every move of its position seen.
+const TRACKED: u8 = 1;
+/// A read found it is not a regular file (a pipe, a terminal).
+const OTHER: u8 = 2;
+
+struct Fd {
+    state: AtomicU8,
+    /// A read that was not forward was passed on ([`hold`]): 1, and 2 once
+    /// where it read is noted in `held_at` and `held_len`.
+    held: AtomicU8,
+    held_at: AtomicU64,
+    held_len: AtomicU64,
+    /// The file position (tracked descriptors).
+    pos: AtomicU64,
+    /// Where the last read ended.
+    next: AtomicU64,
+}
+
+/// All zeros at start (.bss): a process pays only for the pages of the
+/// descriptors it uses.
+static FDS: [Fd; SLOTS] = [const {
+    Fd {
+        state: AtomicU8::new(UNTRACKED),
+        held: AtomicU8::new(0),
+        held_at: AtomicU64::new(0),
+        held_len: AtomicU64::new(0),
+        pos: AtomicU64::new(0),
+        next: AtomicU64::new(0),
+    }
+}; SLOTS];
+
+fn fd(fd: c_int) -> Option<&'static Fd> {
+    usize::try_from(fd).ok().and_then(|i| FDS.get(i))
+}
+
+/// `fd` was just opened: at position 0, nothing read.
+pub(crate) fn opened(n: c_int) {
+    if let Some(f) = fd(n) {
+        f.pos.store(0, Ordering::Relaxed);
+        f.next.store(0, Ordering::Relaxed);
+        f.held.store(0, Ordering::Relaxed);
+        f.state.store(TRACKED, Ordering::Release);
+    }
+}
+
+/// `fd` was closed.
+pub(crate) fn closed(n: c_int) {
+    untrack(n);
+    if let Some(f) = fd(n) {
+        f.held.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A read of a regular file that is not forward: whether it is the
+/// descriptor's first, which is passed on without the core. One read at
+/// an offset (the end of a certificate bundle, a database's header) is no
+/// stream; the core is loaded at the second, and its policy then sees the
+/// stream from there.
+pub(crate) fn hold(n: c_int) -> bool {
+    fd(n).is_some_and(|f| {
+        f.held
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}
+
+/// The held read of a tracked `fd` at `offset` returned `r`.
+pub(crate) fn held_done(n: c_int, offset: u64, r: isize) {
+    let (Some(f), Ok(r)) = (fd(n), u64::try_from(r)) else {
+        return;
+    };
+    f.held_at.store(offset, Ordering::Relaxed);
+    f.held_len.store(r, Ordering::Relaxed);
+    f.held.store(2, Ordering::Release);
+}
+
+/// Where the held read of `fd` read (offset, length), if it is known.
+pub(crate) fn held_read(n: c_int) -> Option<(u64, u64)> {
+    let f = fd(n)?;
+    (f.held.load(Ordering::Acquire) == 2).then(|| {
+        (
+            f.held_at.load(Ordering::Relaxed),
+            f.held_len.load(Ordering::Relaxed),
+        )
+    })
+}
+
+/// Where a tracked descriptor reads from (None: untracked).
+pub(crate) fn offset(n: c_int, at: Option<i64>) -> Option<u64> {
+    let f = fd(n)?;
+    if f.state.load(Ordering::Acquire) != TRACKED {
+        return None;
+    }
+    match at {
+        Some(o) => u64::try_from(o).ok(),
+        None => Some(f.pos.load(Ordering::Relaxed)),
+    }
+}
+
+/// `fd` now means another file, or shares its position with another
+/// number: its position is no longer known.
+pub(crate) fn untrack(n: c_int) {
+    if let Some(f) = fd(n) {
+        if f.state.load(Ordering::Relaxed) != UNTRACKED {
+            f.state.store(UNTRACKED, Ordering::Release);
+        }
+    }
+}
+
+/// `lseek` on `fd` answered `r`.
+pub(crate) fn seeked(n: c_int, r: i64) {
+    if let Some(f) = fd(n) {
+        if let Ok(r) = u64::try_from(r) {
+            f.pos.store(r, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Whether a read found `fd` not to be a regular file.
+pub(crate) fn is_other(n: c_int) -> bool {
+    fd(n).is_some_and(|f| f.state.load(Ordering::Acquire) == OTHER)
+}
+
+pub(crate) fn mark_other(n: c_int) {
+    if let Some(f) = fd(n) {
+        f.state.store(OTHER, Ordering::Release);
+    }
+}
+
+/// A read of a tracked `fd` at `at` (None: at its position): the offset
+/// it reads from, if that is where the last read ended.
+pub(crate) fn forward(n: c_int, at: Option<i64>) -> Option<u64> {
+    let offset = offset(n, at)?;
+    let f = fd(n)?;
+    (f.next.load(Ordering::Relaxed) == offset).then_some(offset)
+}
+
+/// A read of a tracked `fd` at `offset` (at the position if `current`),
+/// passed on, returned `r`.
+pub(crate) fn read_done(n: c_int, offset: u64, current: bool, r: isize) {
+    let (Some(f), Ok(r)) = (fd(n), u64::try_from(r)) else {
+        return;
+    };
+    let end = offset.saturating_add(r);
+    f.next.store(end, Ordering::Relaxed);
+    if current {
+        f.pos.store(end, Ordering::Relaxed);
+    }
+}
