@@ -1,7 +1,7 @@
 //! `ahead run` and `ahead trace`: ahead's readahead, cache-neutral reads and
 //! read traces for programs that were never written for them, through the
-//! preload library of crates/ahead-preload (carried inside this binary by
-//! build.rs).
+//! preload libraries of crates/ahead-shim and crates/ahead-preload
+//! (carried inside this binary by build.rs).
 //!
 //! Two libraries are written once to the caller's private state directory
 //! (`~/.local/state/ahead/preload/SUM/`, 0700, checked to be the caller's

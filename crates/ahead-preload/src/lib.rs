@@ -1,6 +1,13 @@
-//! The preload library of `ahead run` and `ahead trace`.
+//! The core of `ahead run` and `ahead trace`.
 //!
-//! Loaded with `LD_PRELOAD`, it interposes the read family of the C
+//! `ahead run` preloads a small shim (crates/ahead-shim) into every
+//! process, which loads this library with `dlopen` when the process first
+//! makes a read readahead could help (at once for `--stats` and traces),
+//! and from then on sends it every hooked call; this library finds the C
+//! library's functions through the shim (`hooks::next_definition`).
+//! Preloaded directly with `LD_PRELOAD`, it works alone as well.
+//!
+//! It interposes the read family of the C
 //! library (`read`, `pread`, `readv`, `preadv`, `preadv2` and their 64-bit
 //! and fortified variants), the write family and `copy_file_range` (for the
 //! uncached mode), and the calls that make a descriptor mean another file
@@ -19,7 +26,8 @@
 //! * `uncached`: reads and writes of regular files leave the page cache as
 //!   they found it (see `uncached/`).
 //! * `trace`: each read of a regular file is recorded (see `helper/`).
-//! * `off`: the hooks only pass calls on (the library's own cost).
+//! * `off`: the hooks only pass calls on (the shim does not load this
+//!   library for `--off` without `--stats`).
 //!
 //! Descriptors are tracked in a fixed table indexed by descriptor number
 //! (numbers past [`SLOTS`] are passed through untouched). A slot says
