@@ -289,7 +289,7 @@ fn set_busy_forever_during(f: impl FnOnce()) {
 /// library for a read of `fd`: the read of `len` bytes at `offset` it
 /// passed on before, the descriptor's first that was not forward. The
 /// policy sees it with the read that follows, as if this library had held
-/// it ([`quiet::hold`]).
+/// it (`quiet::hold`).
 #[no_mangle]
 pub extern "C" fn ahead_core_held(fd: c_int, offset: u64, len: u64) {
     if mode() != Mode::Readahead || !may_act() {

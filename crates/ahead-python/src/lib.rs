@@ -2,7 +2,7 @@
 //! Python half, `python/ahead/`, makes its files `io.BufferedIOBase`
 //! objects).
 //!
-//! * **Engines.** An [`Engine`] is a configuration and, per process, the
+//! * **Engines.** An `Engine` is a configuration and, per process, the
 //!   library's engine built from it on first use. A process-wide default
 //!   engine serves `ahead.open` without one.
 //! * **Forks.** A forked child has none of its parent's threads, rings or

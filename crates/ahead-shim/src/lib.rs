@@ -21,7 +21,7 @@
 //! * readahead mode: at the first read of a regular file that readahead
 //!   could help, which is later still. Reads that continue where the
 //!   descriptor's last one ended are the kernel's to follow, and are told
-//!   without a system call ([`fds`]); a descriptor's first read elsewhere
+//!   without a system call (`fds.rs`); a descriptor's first read elsewhere
 //!   is passed on too (one read is no stream). The second read of a
 //!   descriptor that is not forward loads the core;
 //! * `--off` without `--stats`: never.
@@ -67,7 +67,7 @@ static STATE: AtomicU8 = AtomicU8::new(IDLE);
 /// Uncached mode: a write of a regular file loads the core too.
 static WRITES: AtomicBool = AtomicBool::new(false);
 /// Readahead mode: forward reads of tracked descriptors do not load the
-/// core ([`fds`]).
+/// core (`fds.rs`).
 static FORWARD: AtomicBool = AtomicBool::new(false);
 /// The core's `dlopen` handle.
 static HANDLE: AtomicUsize = AtomicUsize::new(0);
@@ -320,7 +320,7 @@ fn replay(fd: c_int) {
 /// Defines an exported hook: the call goes to [`target`]'s function with
 /// the caller's arguments; `$none` is returned (errno ENOSYS) where there
 /// is no function to call; `$after` sees the result while the core is not
-/// loaded (to follow descriptors' positions, [`fds`]).
+/// loaded (to follow descriptors' positions, `fds.rs`).
 macro_rules! hook {
     ($name:ident($($a:ident: $t:ty),*) -> $r:ty, $wants:expr, $none:expr) => {
         hook!($name($($a: $t),*) -> $r, $wants, $none, |_r| {});

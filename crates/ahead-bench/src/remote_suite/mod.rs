@@ -38,7 +38,7 @@ use readers::{read_ahead, read_bufreader, read_naive};
 pub use serve::{main as serve, ServeArgs};
 
 /// The benchmark's patterns, by their JSON names (`copy`: the large
-/// object downloaded to a file, see [`copy`]).
+/// object downloaded to a file, see the `copy` module).
 pub const PATTERNS: [&str; 9] = [
     "seq",
     "seq-64k",
