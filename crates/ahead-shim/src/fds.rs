@@ -72,11 +72,16 @@ pub(crate) fn opened(n: c_int) {
     }
 }
 
-/// `fd` was closed.
+/// The number `fd` was closed, or now names another open file (a
+/// duplicate put there): nothing known of it holds.
 pub(crate) fn closed(n: c_int) {
-    untrack(n);
     if let Some(f) = fd(n) {
-        f.held.store(0, Ordering::Relaxed);
+        if f.state.load(Ordering::Relaxed) != UNTRACKED {
+            f.state.store(UNTRACKED, Ordering::Release);
+        }
+        if f.held.load(Ordering::Relaxed) != 0 {
+            f.held.store(0, Ordering::Relaxed);
+        }
     }
 }
 
@@ -126,13 +131,15 @@ pub(crate) fn offset(n: c_int, at: Option<i64>) -> Option<u64> {
     }
 }
 
-/// `fd` now means another file, or shares its position with another
-/// number: its position is no longer known.
+/// The position of `fd` may have moved unseen (it is shared with a
+/// duplicate, used by stdio, or written at).
 pub(crate) fn untrack(n: c_int) {
     if let Some(f) = fd(n) {
-        if f.state.load(Ordering::Relaxed) != UNTRACKED {
-            f.state.store(UNTRACKED, Ordering::Release);
-        }
+        // What it is (a pipe, a socket) has not changed: only a tracked
+        // position is lost.
+        let _ = f
+            .state
+            .compare_exchange(TRACKED, UNTRACKED, Ordering::AcqRel, Ordering::Relaxed);
     }
 }
 

@@ -421,7 +421,7 @@ hook!(mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_in
 /// either may move.
 fn shared(old: c_int, new: c_int) {
     fds::untrack(old);
-    fds::untrack(new);
+    fds::closed(new);
 }
 
 fn dup_fd(old: c_int, cmd: c_int, r: c_int) {
@@ -434,7 +434,7 @@ fn dup_fd(old: c_int, cmd: c_int, r: c_int) {
 fn opened_stream(f: *mut FILE) {
     if !f.is_null() {
         // SAFETY: a stream fopen just returned.
-        fds::untrack(unsafe { libc::fileno(f) });
+        fds::closed(unsafe { libc::fileno(f) });
     }
 }
 
