@@ -512,6 +512,50 @@ fn the_core_is_loaded_at_the_first_read_of_a_regular_file() {
     assert_eq!(shell_libraries(&with_stats, "", b""), both);
 }
 
+/// A core that cannot be loaded (its bytes spoiled in place, the size
+/// kept, so that `ahead run` takes it) leaves programs running as they
+/// would without ahead: the same output and status, only the shim mapped.
+#[test]
+fn a_core_that_cannot_load_leaves_programs_as_they_are() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(tac) = program(&["tac"]) else {
+        eprintln!("SKIP: no tac");
+        return;
+    };
+    let dir = scratch();
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["run", "--"];
+        all.extend_from_slice(args);
+        out(ahead_cmd(&all).env("XDG_STATE_HOME", &state))
+    };
+    assert!(run(&["true"]).status.success());
+    let libs = std::fs::read_dir(state.join("ahead/preload"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let core = libs.join("libahead_preload.so");
+    let len = std::fs::metadata(&core).unwrap().len() as usize;
+    std::fs::set_permissions(&core, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(&core, vec![0u8; len]).unwrap();
+    std::fs::set_permissions(&core, std::fs::Permissions::from_mode(0o500)).unwrap();
+    let file = lines_file(dir.path(), 1 << 20);
+    let plain = out(Command::new(&tac).arg(&file));
+    let under = run(&[s(&tac), s(&file)]);
+    assert!(under.status.success(), "{}", stderr(&under));
+    assert!(under.stdout == plain.stdout, "tac's output differs");
+    let script = format!("read x < '{}'; cat /proc/$$/maps; true", file.display());
+    let maps = run(&["sh", "-c", &script]);
+    assert!(maps.status.success(), "{}", stderr(&maps));
+    let maps = String::from_utf8_lossy(&maps.stdout);
+    assert!(maps.contains("libahead_shim.so"), "{maps}");
+    assert!(!maps.contains("libahead_preload.so"), "{maps}");
+}
+
 /// Reads readahead cannot help load nothing: a cold file read forward
 /// (its first MiB), then once near its end, leaves a process with the shim alone and
 /// no helper thread. A second read near the end loads the core, whose
