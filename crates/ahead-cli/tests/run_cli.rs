@@ -30,6 +30,16 @@ fn program(names: &[&str]) -> Option<PathBuf> {
     })
 }
 
+/// The first of `names` found in PATH; where there is none, the test says
+/// it is skipped for want of `what`.
+fn need(names: &[&str], what: &str) -> Option<PathBuf> {
+    let found = program(names);
+    if found.is_none() {
+        eprintln!("SKIP: no {what}");
+    }
+    found
+}
+
 fn stats_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -107,8 +117,7 @@ fn a_static_program_is_named_and_still_runs() {
 /// each mode: all must be identical.
 #[test]
 fn a_program_sees_the_same_bytes_positions_and_errors_in_every_mode() {
-    let Some(python) = program(&["python3"]) else {
-        eprintln!("SKIP: no python3 to drive the read family");
+    let Some(python) = need(&["python3"], "python3 to drive the read family") else {
         return;
     };
     let dir = scratch();
@@ -159,8 +168,7 @@ fn lines_file(dir: &Path, size: usize) -> PathBuf {
 
 #[test]
 fn tac_gets_backward_hints_and_cat_none() {
-    let Some(tac) = program(&["tac"]) else {
-        eprintln!("SKIP: no tac");
+    let Some(tac) = need(&["tac"], "tac") else {
         return;
     };
     let dir = scratch();
@@ -296,8 +304,7 @@ fn uncached_cat_leaves_the_cache_as_it_found_it() {
 /// its pages cached, and SRC as it was (cold).
 #[test]
 fn uncached_cp_leaves_no_pages_behind() {
-    let Some(cp) = program(&["cp"]) else {
-        eprintln!("SKIP: no cp");
+    let Some(cp) = need(&["cp"], "cp") else {
         return;
     };
     let dir = scratch();
@@ -343,8 +350,7 @@ fn uncached_cp_leaves_no_pages_behind() {
 /// `ahead trace` records each read; the simulator replays the file.
 #[test]
 fn a_trace_records_reads_and_replays() {
-    let Some(tac) = program(&["tac"]) else {
-        eprintln!("SKIP: no tac");
+    let Some(tac) = need(&["tac"], "tac") else {
         return;
     };
     let dir = scratch();
@@ -399,8 +405,7 @@ fn a_trace_records_reads_and_replays() {
 /// (`maps`), since nothing read through the mapping is seen.
 #[test]
 fn a_mapped_file_is_reported_in_the_stats() {
-    let Some(python) = program(&["python3"]) else {
-        eprintln!("SKIP: no python3 to map a file");
+    let Some(python) = need(&["python3"], "python3 to map a file") else {
         return;
     };
     let dir = scratch();
@@ -423,8 +428,7 @@ fn a_mapped_file_is_reported_in_the_stats() {
 /// and the helper's CPU time.
 #[test]
 fn small_cached_and_forward_reads_cost_no_events() {
-    let Some(tac) = program(&["tac"]) else {
-        eprintln!("SKIP: no tac");
+    let Some(tac) = need(&["tac"], "tac") else {
         return;
     };
     let dir = scratch();
@@ -518,8 +522,7 @@ fn the_core_is_loaded_at_the_first_read_of_a_regular_file() {
 #[test]
 fn a_core_that_cannot_load_leaves_programs_as_they_are() {
     use std::os::unix::fs::PermissionsExt;
-    let Some(tac) = program(&["tac"]) else {
-        eprintln!("SKIP: no tac");
+    let Some(tac) = need(&["tac"], "tac") else {
         return;
     };
     let dir = scratch();
@@ -562,8 +565,7 @@ fn a_core_that_cannot_load_leaves_programs_as_they_are() {
 /// policy then sees both (the helper starts).
 #[test]
 fn forward_reads_and_a_single_read_load_nothing() {
-    let Some(python) = program(&["python3"]) else {
-        eprintln!("SKIP: no python3");
+    let Some(python) = need(&["python3"], "python3") else {
         return;
     };
     let dir = scratch();
@@ -612,8 +614,7 @@ state()
 /// a C++ program's exceptions still use the program's unwinder.
 #[test]
 fn a_cpp_program_still_throws_and_catches() {
-    let Some(cxx) = program(&["c++", "g++", "clang++"]) else {
-        eprintln!("SKIP: no C++ compiler");
+    let Some(cxx) = need(&["c++", "g++", "clang++"], "C++ compiler") else {
         return;
     };
     let dir = scratch();
