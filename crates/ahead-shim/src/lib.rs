@@ -319,13 +319,29 @@ fn replay(fd: c_int) {
 
 /// Defines an exported hook: the call goes to [`target`]'s function with
 /// the caller's arguments; `$none` is returned (errno ENOSYS) where there
-/// is no function to call; `$after` sees the result while the core is not
-/// loaded (to follow descriptors' positions, `fds.rs`).
+/// is no function to call; while the core is not loaded, a read (`read`
+/// before the name) notes where a read it passed on ended, and `$after`
+/// sees any call's result (to follow descriptors' positions, `fds.rs`).
 macro_rules! hook {
+    (read $name:ident($($a:ident: $t:ty),*) -> $r:ty, $wants:expr) => {
+        hook!(@def read $name($($a: $t),*) -> $r, $wants, -1, |_r| {});
+    };
     ($name:ident($($a:ident: $t:ty),*) -> $r:ty, $wants:expr, $none:expr) => {
-        hook!($name($($a: $t),*) -> $r, $wants, $none, |_r| {});
+        hook!(@def other $name($($a: $t),*) -> $r, $wants, $none, |_r| {});
     };
     ($name:ident($($a:ident: $t:ty),*) -> $r:ty, $wants:expr, $none:expr, |$res:ident| $after:expr) => {
+        hook!(@def other $name($($a: $t),*) -> $r, $wants, $none, |$res| $after);
+    };
+    (@noted read, $passed:ident, $res:ident) => {
+        if let Some(passed) = &$passed {
+            passed.done($res);
+        }
+    };
+    // Only reads are passed on with something to note.
+    (@noted other, $passed:ident, $res:ident) => {
+        debug_assert!($passed.is_none());
+    };
+    (@def $kind:ident $name:ident($($a:ident: $t:ty),*) -> $r:ty, $wants:expr, $none:expr, |$res:ident| $after:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -347,9 +363,7 @@ macro_rules! hook {
             let $res = unsafe { f($($a),*) };
             if STATE.load(Ordering::Relaxed) != LOADED {
                 let e = errno();
-                if let Some(passed) = &passed {
-                    passed.done(Returned::isize(&$res));
-                }
+                hook!(@noted $kind, passed, $res);
                 $after;
                 set_errno(e);
             }
@@ -359,17 +373,17 @@ macro_rules! hook {
 }
 
 // Reads: the first of a regular file loads the core.
-hook!(read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t, Wants::Read(fd, None), -1);
-hook!(pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
-hook!(pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
-hook!(readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, Wants::Read(fd, None), -1);
-hook!(preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
-hook!(preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
-hook!(preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t, Wants::Read(fd, (off != -1).then_some(off as i64)), -1);
-hook!(preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t, Wants::Read(fd, (off != -1).then_some(off as i64)), -1);
-hook!(__read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t, Wants::Read(fd, None), -1);
-hook!(__pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
-hook!(__pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t, buflen: size_t) -> ssize_t, Wants::Read(fd, Some(off as i64)), -1);
+hook!(read read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t, Wants::Read(fd, None));
+hook!(read pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t, Wants::Read(fd, Some(off as i64)));
+hook!(read pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t, Wants::Read(fd, Some(off as i64)));
+hook!(read readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, Wants::Read(fd, None));
+hook!(read preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t, Wants::Read(fd, Some(off as i64)));
+hook!(read preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t) -> ssize_t, Wants::Read(fd, Some(off as i64)));
+hook!(read preadv2(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int) -> ssize_t, Wants::Read(fd, (off != -1).then_some(off as i64)));
+hook!(read preadv64v2(fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int) -> ssize_t, Wants::Read(fd, (off != -1).then_some(off as i64)));
+hook!(read __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t, Wants::Read(fd, None));
+hook!(read __pread_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t, Wants::Read(fd, Some(off as i64)));
+hook!(read __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t, buflen: size_t) -> ssize_t, Wants::Read(fd, Some(off as i64)));
 
 // Writes: the first of a regular file loads the core in uncached mode.
 hook!(write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t, Wants::Write(fd, None), -1);
@@ -435,41 +449,6 @@ fn opened_stream(f: *mut FILE) {
     if !f.is_null() {
         // SAFETY: a stream fopen just returned.
         fds::closed(unsafe { libc::fileno(f) });
-    }
-}
-
-/// A call's result as a read's byte count.
-trait Returned {
-    fn isize(&self) -> isize;
-}
-
-impl Returned for isize {
-    fn isize(&self) -> isize {
-        *self
-    }
-}
-
-impl Returned for i32 {
-    fn isize(&self) -> isize {
-        *self as isize
-    }
-}
-
-impl Returned for i64 {
-    fn isize(&self) -> isize {
-        *self as isize
-    }
-}
-
-impl Returned for *mut c_void {
-    fn isize(&self) -> isize {
-        -1
-    }
-}
-
-impl Returned for *mut FILE {
-    fn isize(&self) -> isize {
-        -1
     }
 }
 
