@@ -98,12 +98,9 @@ enum Wants {
 /// What the shim does with a call while the core is not loaded.
 enum Decision {
     Pass,
-    /// A read of a tracked descriptor passed on (forward, or the first
-    /// that is not): where it ends is noted.
-    Forward(c_int, u64, bool),
-    /// The descriptor's first read that is not forward, passed on: where
-    /// it read is noted too, for the core to see with the next.
-    Held(c_int, u64, bool),
+    /// A read of a tracked descriptor passed on, forward or the first that
+    /// is not (held): where it ended is noted when it returns.
+    Note(Passed),
     /// Load the core for a read of this descriptor (or a write).
     Load(c_int),
 }
@@ -115,7 +112,12 @@ fn decide(wants: Wants) -> Decision {
         Wants::Read(fd, at) => {
             if FORWARD.load(Ordering::Relaxed) {
                 if let Some(offset) = fds::forward(fd, at) {
-                    return Decision::Forward(fd, offset, at.is_none());
+                    return Decision::Note(Passed {
+                        fd,
+                        offset,
+                        current: at.is_none(),
+                        held: false,
+                    });
                 }
             }
             fd
@@ -147,7 +149,12 @@ fn decide(wants: Wants) -> Decision {
         if let (Wants::Read(_, at), true) = (wants, FORWARD.load(Ordering::Relaxed)) {
             if fds::hold(fd) {
                 return match fds::offset(fd, at) {
-                    Some(offset) => Decision::Held(fd, offset, at.is_none()),
+                    Some(offset) => Decision::Note(Passed {
+                        fd,
+                        offset,
+                        current: at.is_none(),
+                        held: true,
+                    }),
                     None => Decision::Pass,
                 };
             }
@@ -232,22 +239,7 @@ fn target(
     if state == WAITING {
         match decide(wants) {
             Decision::Pass => {}
-            Decision::Forward(fd, offset, current) => {
-                passed = Some(Passed {
-                    fd,
-                    offset,
-                    current,
-                    held: false,
-                })
-            }
-            Decision::Held(fd, offset, current) => {
-                passed = Some(Passed {
-                    fd,
-                    offset,
-                    current,
-                    held: true,
-                })
-            }
+            Decision::Note(p) => passed = Some(p),
             Decision::Load(fd) => {
                 load();
                 state = STATE.load(Ordering::Acquire);
@@ -282,7 +274,10 @@ fn target(
 struct Passed {
     fd: c_int,
     offset: u64,
+    /// At the file position (which it moves).
     current: bool,
+    /// The descriptor's first read that was not forward: where it read is
+    /// noted too, for the core to see with the next.
     held: bool,
 }
 
