@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ahead::ra::hints::Hinter;
-use ahead::ra::{new_policy, PolicyKind, RaConfig};
+use ahead::ra::hints::{self, Hinter};
+use ahead::ra::{new_policy, PolicyKind};
 use crossbeam_queue::ArrayQueue;
 use libc::c_int;
 
@@ -502,13 +502,7 @@ impl State {
             self.files += 1;
             let hinter = (mode() == Mode::Readahead).then(|| {
                 Hinter::new(
-                    new_policy(PolicyKind::Ahead, {
-                        let mut ra = RaConfig::with_max_pages(MAX_WINDOW / page);
-                        // The kernel applies its context readahead
-                        // itself.
-                        ra.context_readahead = false;
-                        ra
-                    }),
+                    new_policy(PolicyKind::Ahead, hints::config(MAX_WINDOW, page)),
                     size,
                     page,
                 )

@@ -514,14 +514,7 @@ impl Engine {
                 let hinter = if hints { self.hinter() } else { None };
                 // Hints are decided in the kernel's page size.
                 let kpage = rustix::param::page_size() as u64;
-                let kra =
-                    RaConfig::with_max_pages((self.shared.config.max_readahead / kpage).max(1));
-                // The kernel under the hints applies its context readahead
-                // itself.
-                let kra = RaConfig {
-                    context_readahead: false,
-                    ..kra
-                };
+                let kra = ra::hints::config(self.shared.config.max_readahead, kpage);
                 let policy = hints.then(|| ra::new_policy(policy_kind, kra));
                 Some(KernelFile::new(
                     mode,

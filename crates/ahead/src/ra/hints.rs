@@ -11,7 +11,7 @@
 //! the kernel's own readahead follows: the policy learns from it but no
 //! hint is sent.
 
-use super::{sparse::SparseTable, Policy, Request, Shape};
+use super::{sparse::SparseTable, Policy, RaConfig, Request, Shape};
 
 /// Most pages the table remembers; past it the table starts afresh (the
 /// policy then sees a cold file and re-learns its streams).
@@ -22,6 +22,21 @@ pub const TABLE_PAGES: usize = 1 << 16;
 /// run, ran at 63 MB/s cold on the development disk; the whole span at
 /// several times that).
 pub const GAP_MAX: u64 = 64 << 10;
+
+/// The policy configuration for hints of windows up to `max_bytes`, in
+/// pages of `page` bytes: no context readahead (the kernel under the hints
+/// applies its own, and a hint of it only costs), and strided windows
+/// whose gaps are at most [`GAP_MAX`] hinted whole, as the file's
+/// speculation budget is told ([`RaConfig::read_through_gap`]).
+pub fn config(max_bytes: u64, page: u64) -> RaConfig {
+    let page = page.max(1);
+    RaConfig {
+        context_readahead: false,
+        read_through_gap: GAP_MAX / page,
+        hints: true,
+        ..RaConfig::with_max_pages((max_bytes / page).max(1))
+    }
+}
 
 /// One file's readahead policy and the pages it has seen.
 pub struct Hinter {
@@ -115,6 +130,7 @@ impl Hinter {
             Request::new(first, count.max(1)),
         );
         let windows = std::mem::take(&mut self.table.windows);
+        let gap_max = GAP_MAX / page;
         if sequential {
             return 0;
         }
@@ -130,7 +146,7 @@ impl Hinter {
         };
         for w in windows {
             match w.shape {
-                Shape::Strided { run, period } if (period - run) * page <= GAP_MAX => {
+                Shape::Strided { run, period } if period.saturating_sub(run) <= gap_max => {
                     push(w.start, w.size)
                 }
                 _ => w.for_each_run(&mut push),
@@ -152,7 +168,10 @@ mod tests {
 
     fn hinter() -> Hinter {
         Hinter::new(
-            new_policy(PolicyKind::Ahead, RaConfig::default()),
+            new_policy(
+                PolicyKind::Ahead,
+                config(RaConfig::default().max_pages * 4096, 4096),
+            ),
             1 << 30,
             4096,
         )

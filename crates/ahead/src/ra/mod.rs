@@ -37,7 +37,10 @@
 //!   interleaved readers each keep a window; backward and strided patterns;
 //!   thrash and lateness feedback; every speculative window held to
 //!   account ([`accuracy`]), so that where its predictions do not come
-//!   true it reads as the kernel would.
+//!   true it reads as the kernel would; and all of them together bound by
+//!   one speculation budget per file ([`budget`]): pages read ahead and
+//!   not used never exceed a named multiple of those used plus a small
+//!   credit, whatever the rule.
 //!
 //! # How an engine consults a policy
 //!
@@ -60,6 +63,7 @@
 
 pub mod accuracy;
 pub mod ahead;
+pub mod budget;
 pub mod hints;
 pub mod legacy;
 pub mod ondemand;
@@ -379,6 +383,11 @@ pub trait Policy: Send {
     /// The decision: given the request from the trigger page on, what to
     /// read. `None`: nothing beyond what the request needs.
     fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window>;
+    /// What became of the window `decide` returned last: the file's
+    /// speculation budget ([`budget`]) may cut it (`admitted` is then the
+    /// window read) or refuse it (`None`). The policy's record of its
+    /// windows follows what was read.
+    fn admitted(&mut self, _decided: Window, _admitted: Option<Window>) {}
     /// Called when a request has been served.
     fn finish(&mut self, _req: Request) {}
     /// Facts observed by the engine.
@@ -464,6 +473,18 @@ pub struct RaConfig {
     /// ahead by itself (Buffered mode, `ahead run`) turn it off, as the
     /// kernel under them applies it anyway, and a hint of it only costs.
     pub context_readahead: bool,
+    /// A strided window whose gaps are at most this many pages is read
+    /// whole, gaps included, by the engine (hints: one large read costs
+    /// less than a request per run, [`hints::GAP_MAX`]); 0, by the engines
+    /// that read only a strided window's runs. The file's speculation
+    /// budget charges what the engine reads ([`budget`]).
+    pub read_through_gap: u64,
+    /// The engine only sends hints to a kernel that reads ahead by itself
+    /// (Buffered mode, `ahead run`): the kernel's readahead is the floor
+    /// under them, and every page hinted is charged to the file's
+    /// speculation budget ([`budget`]). Off, the engine reads what the
+    /// policy decides, and what `ondemand` would read is the floor.
+    pub hints: bool,
 }
 
 impl RaConfig {
@@ -482,6 +503,8 @@ impl Default for RaConfig {
             max_pages: DEFAULT_MAX_PAGES,
             streams: ahead::DEFAULT_STREAMS,
             context_readahead: true,
+            read_through_gap: 0,
+            hints: false,
         }
     }
 }
@@ -492,7 +515,10 @@ pub fn new_policy(kind: PolicyKind, mut config: RaConfig) -> Box<dyn Policy> {
     match kind {
         PolicyKind::Legacy => Box::new(legacy::Legacy::new(config)),
         PolicyKind::OnDemand => Box::new(ondemand::OnDemand::new(config)),
-        PolicyKind::Ahead => Box::new(ahead::StreamTable::new(config)),
+        PolicyKind::Ahead => Box::new(budget::Budgeted::new(
+            ahead::StreamTable::new(config),
+            &config,
+        )),
     }
 }
 

@@ -85,6 +85,13 @@ impl OnDemand {
         (self.start, self.size, self.async_size)
     }
 
+    /// Whether page `index` is where this state's window put its
+    /// lookahead marker (the kernel's `PG_readahead` page): a marker hit
+    /// elsewhere is on a page the kernel would not have marked.
+    pub fn marks(&self, index: u64) -> bool {
+        self.async_size > 0 && self.start + self.size - self.async_size == index
+    }
+
     fn is_sequential(&self, index: u64) -> bool {
         match self.prev_end {
             Some(prev) => index.wrapping_sub(prev) <= 1 || index + 1 == prev,
@@ -187,6 +194,18 @@ impl Policy for OnDemand {
 
     fn finish(&mut self, req: Request) {
         self.prev_end = Some(req.end());
+    }
+
+    /// The kernel's state after a readahead is the window it read; where
+    /// another window was read in this one's place (the floor of a
+    /// speculation budget, [`super::budget`]), a forward one becomes the
+    /// state, as if this policy had read it.
+    fn admitted(&mut self, _decided: Window, admitted: Option<Window>) {
+        if let Some(w) = admitted.filter(|w| w.shape == super::Shape::Forward) {
+            self.start = w.start;
+            self.size = w.size;
+            self.async_size = w.async_size;
+        }
     }
 }
 

@@ -111,10 +111,8 @@ impl StreamTable {
     }
 
     /// Whether the file is one the dense-region rule is for (it fits the
-    /// cache twice over). In such a file, the kernel's context readahead
-    /// is not used even once the dense rule has turned itself off: both
-    /// read ahead on the cache's density, and the dense rule's evidence
-    /// said that does not pay here.
+    /// cache twice over). The kernel's context readahead comes first even
+    /// there ([`StreamTable::fallback`]).
     pub(super) fn dense_fits(&self, view: &dyn CacheView) -> bool {
         view.capacity_pages()
             .is_some_and(|c| view.file_pages() <= c / DENSE_CACHE_SHARE)

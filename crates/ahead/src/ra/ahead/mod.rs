@@ -47,12 +47,12 @@
 //!   readahead already asked for means the window is too small for the
 //!   device's latency: the stream's next window is ramped once more (up to
 //!   the max). Readahead evicted unused halves the stream's window.
-//! * **Random requests** match no stream and read exactly the request,
-//!   unless they fall in a dense region of a file that fits the cache: see
-//!   [`DENSE_REGION`] and [`DENSE_SHARE_START`] for the rule, its
-//!   constants, and how it learns from lookahead markers whether it pays.
-//!   In other files a miss right after cached pages gets the kernel's
-//!   context readahead, as `ondemand` would read it.
+//! * **Random requests** match no stream. A miss right after cached pages
+//!   gets the kernel's context readahead, as `ondemand` would read it; else
+//!   one in a dense region of a file that fits the cache reads the region
+//!   (see [`DENSE_REGION`] and [`DENSE_SHARE_START`] for the rule, its
+//!   constants, and how it learns from lookahead markers whether it pays);
+//!   else exactly the request.
 //! * **Every speculative window is held to account** ([`super::accuracy`]):
 //!   a stream whose windows go mostly unread stops speculating until its
 //!   reader proves the pattern again, and while a file's speculation does
@@ -64,6 +64,9 @@
 //!   otherwise.
 //! * **Windows no larger than the history**: a stream by ahead's own rules
 //!   reads ahead no more in one window than its requests asked for.
+//! * **One budget over all of it** ([`super::budget`]): whatever the rule,
+//!   [`super::new_policy`] holds this policy to the file's speculation
+//!   budget, over the floor of the kernel's own readahead.
 
 use super::accuracy::{Issued, Ledger, REARM_MAX, REARM_RUN};
 use super::{
@@ -86,6 +89,7 @@ pub use stride::{MAX_READ_THROUGH, MERGE_GAP, STRIDE_MAX_RUNS};
 
 use dense::Dense;
 use stream::{Direction, Match, Stream};
+pub(crate) use stride::widest_gap_read_through;
 use stride::{expected_pages, strided_window, Reach, Sweep};
 
 /// Streams tracked per file by default: enough for the interleaved
@@ -110,6 +114,9 @@ pub struct StreamTable {
     /// Some window may have speculative pages not yet used (a request may
     /// credit one); false only when none has (see `credit`).
     open: bool,
+    /// The stream whose window `decide` returned last, until the budget
+    /// says what became of it ([`Policy::admitted`]).
+    recorded: Option<usize>,
     /// The kernel's context readahead as a fallback
     /// ([`RaConfig::context_readahead`]).
     context: bool,
@@ -131,6 +138,7 @@ impl StreamTable {
             dense: Dense::new(),
             ledger: Ledger::EMPTY,
             open: false,
+            recorded: None,
             context: config.context_readahead,
             rearm_need: REARM_RUN,
         }
@@ -213,6 +221,7 @@ impl StreamTable {
         let issued = Issued::new(window, expected, req, req.index);
         self.open |= issued.speculative > 0;
         s.window = Some(issued);
+        self.recorded = Some(slot);
         if let Some(issued) = gone {
             self.settle(slot, issued);
         }
@@ -353,6 +362,33 @@ impl Policy for StreamTable {
         match trigger {
             Trigger::Miss | Trigger::Request => self.on_miss(req, view),
             Trigger::MarkerHit => self.on_marker(req, view),
+        }
+    }
+
+    fn admitted(&mut self, decided: Window, admitted: Option<Window>) {
+        let Some(slot) = self.recorded.take() else {
+            return;
+        };
+        let s = &mut self.streams[slot];
+        if admitted == Some(decided) || s.window.map(|i| i.window) != Some(decided) {
+            return;
+        }
+        match admitted {
+            Some(w) => {
+                // Cut: the stream's record and its next window's ramp go
+                // on from what was read.
+                if let Some(i) = s.window.as_mut() {
+                    i.window = w;
+                    i.speculative = i.speculative.min(w.pages());
+                    i.used = i.used.min(i.speculative);
+                }
+                s.size = s.size.min(w.pages()).max(1);
+            }
+            None => {
+                // Refused: the stream has only the window before.
+                s.window = s.previous.take();
+                s.size = 0;
+            }
         }
     }
 

@@ -50,7 +50,7 @@ pub(super) fn read_through(run: u64, period: u64, through: Through) -> bool {
     let cheap = match through {
         Through::Never => false,
         Through::Cost(pages) => period <= pages,
-        Through::Gap(pages) => period - run <= pages,
+        Through::Gap(pages) => period.saturating_sub(run) <= pages,
     };
     cheap && period <= MAX_READ_THROUGH * run
 }
@@ -93,6 +93,18 @@ pub(super) struct Reach {
     /// latency ([`crate::ra::DeviceCost::latency_pages`]).
     pub(super) irregular: Through,
     pub(super) max_runs: u64,
+}
+
+/// The widest gap, in pages, that a strided or irregular stream reads
+/// through on this device rather than skip ([`Reach::of`]): the file's
+/// speculation budget credits such a gap below a page the reader then
+/// takes ([`crate::ra::budget::Budget::credit`]).
+pub(crate) fn widest_gap_read_through(view: &dyn CacheView) -> u64 {
+    view.device_cost().map_or(MERGE_GAP, |c| {
+        (c.request_pages / THROUGH_MARGIN)
+            .max(c.latency_pages / (2 * THROUGH_MARGIN))
+            .max(MERGE_GAP)
+    })
 }
 
 impl Reach {

@@ -396,17 +396,18 @@ fn column_sweeps_read_the_next_columns_with_each_run() {
         "{:?}",
         &s.windows()[..s.windows().len().min(12)]
     );
-    // Passes 1, 5, 9 and 13 (counting from 0) read columns 1-4, 5-8,
-    // 9-12 and 13-16 with a window every few rows; the passes between
-    // find theirs cached but for a few runs of the first row (which
-    // the first, forward, window covered differently).
-    for (pass, &n) in per_pass.iter().enumerate().take(17) {
-        if pass > 1 && (pass - 1) % 4 != 0 {
-            assert!(n <= 4, "pass {pass} issued {n} windows: {per_pass:?}");
-        } else {
-            assert!(n >= 10, "pass {pass} issued {n} windows: {per_pass:?}");
-        }
-    }
+    // Without the file's speculation budget, passes 1, 5, 9 and 13
+    // (counting from 0) read columns 1-4, 5-8, 9-12 and 13-16 with a
+    // window every few rows. Under it, the columns read for later passes
+    // may hold no more pages unread than the sweeps have used
+    // (`ra::budget`): early sweeps read fewer columns ahead, and about
+    // half of the passes find their column read by an earlier one.
+    let idle = per_pass[2..18].iter().filter(|&&n| n <= 4).count();
+    assert!(
+        idle >= 8,
+        "passes that found their column read: {per_pass:?}"
+    );
+    assert!(per_pass[1] >= 10, "{per_pass:?}");
     // Nothing is read twice (the table panics on that) and nothing
     // outside the records: every page read is a page of the file.
     assert!(s.pages_read() <= 1700 * 4);
