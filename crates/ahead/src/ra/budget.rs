@@ -146,15 +146,13 @@ impl Ranges {
     }
 
     /// Takes `req`'s pages and, if it took any, the gap of at most `gap`
-    /// pages that ends where `req` begins.
-    fn take_with_gap(&mut self, req: Request, gap: u64) -> u64 {
+    /// pages between `after` (where the last request that took pages
+    /// ended) and `req`: pages read through between two that the reader
+    /// took.
+    fn take_with_gap(&mut self, req: Request, gap: u64, after: u64) -> u64 {
         let mut taken = self.take(req.index, req.end());
-        if taken > 0 {
-            if let Some((&s, &e)) = self.0.range(..req.index).next_back() {
-                if e == req.index && e - s <= gap {
-                    taken += self.take(s, e);
-                }
-            }
+        if taken > 0 && after < req.index && req.index - after <= gap {
+            taken += self.take(after, req.index);
         }
         taken
     }
@@ -183,6 +181,8 @@ pub struct Budget {
     gap_credit: u64,
     /// `c` of the bound ([`Budget::credit_pages`]).
     credit: u64,
+    /// Where the last request that took speculative pages ended.
+    taken_end: u64,
 }
 
 impl Budget {
@@ -198,6 +198,7 @@ impl Budget {
             floor_used: 0,
             read_through_gap: config.read_through_gap,
             credit: CREDIT_PAGES.max(config.max_pages / CREDIT_WINDOW_SHARE),
+            taken_end: 0,
             gap_credit: if config.read_through_gap > 0 {
                 config.read_through_gap
             } else {
@@ -258,17 +259,24 @@ impl Budget {
         !self.charged_out.is_empty() || !self.floor_out.is_empty()
     }
 
-    /// Credits the speculative pages in `req`, each once, and the gap
-    /// just below it if the reader skipped at most [`Budget::gap_credit`]
-    /// pages there: read through, they cost less than the request they
-    /// saved (a stride read whole), as the pages a skipping reader passes
-    /// over in one of the kernel's windows do.
+    /// Credits the speculative pages in `req`, each once, and, if it took
+    /// some, the gap of at most [`Budget::gap_credit`] pages between it and
+    /// the last request that took some: read through between two pages the
+    /// reader took, they cost less than the request they saved (a stride
+    /// read whole), as the pages a skipping reader passes over in one of
+    /// the kernel's windows do.
     pub fn credit(&mut self, req: Request) {
         if !self.outstanding() {
             return;
         }
-        self.used += self.charged_out.take_with_gap(req, self.gap_credit);
-        self.floor_used += self.floor_out.take_with_gap(req, self.gap_credit);
+        let (gap, after) = (self.gap_credit, self.taken_end);
+        let charged = self.charged_out.take_with_gap(req, gap, after);
+        let floor = self.floor_out.take_with_gap(req, gap, after);
+        if charged + floor > 0 {
+            self.taken_end = req.end();
+        }
+        self.used += charged;
+        self.floor_used += floor;
     }
 
     /// The widest gap below a request that its use credits: the engine's
@@ -550,14 +558,15 @@ mod tests {
     }
 
     #[test]
-    fn a_short_gap_below_a_page_used_is_credited_with_it() {
+    fn a_short_gap_between_pages_used_is_credited_with_them() {
         let mut b = Ranges::default();
         for p in 100..140 {
             b.add(p);
         }
-        // Read 1, skip 3, through the span.
+        // Read 1, skip 3, through the span: each gap lies between the last
+        // page taken and this one.
         let used: u64 = (0..10)
-            .map(|k| b.take_with_gap(Request::new(100 + 4 * k, 1), 16))
+            .map(|k| b.take_with_gap(Request::new(100 + 4 * k, 1), 16, 100 + 4 * k - 3))
             .sum();
         assert_eq!(used, 37, "all but the gap after the last page");
         // A page taken far above the last leaves the gap between alone.
@@ -565,9 +574,19 @@ mod tests {
         for p in 100..200 {
             b.add(p);
         }
-        let used =
-            b.take_with_gap(Request::new(100, 1), 16) + b.take_with_gap(Request::new(150, 1), 16);
+        let used = b.take_with_gap(Request::new(100, 1), 16, 0)
+            + b.take_with_gap(Request::new(150, 1), 16, 101);
         assert_eq!(used, 2);
+        // So does a first page taken inside a span: the pages below it lie
+        // between no two pages the reader took.
+        let mut b = Budget::new(&cfg(0));
+        let v = view(1000);
+        let w = Window::forward(100, 40, 0);
+        b.admit(Some(w), None, Request::new(99, 1), &v);
+        b.credit(Request::new(110, 1));
+        assert_eq!(b.used(), 1);
+        b.credit(Request::new(114, 1));
+        assert_eq!(b.used(), 5, "the gap between two pages taken");
     }
 
     #[test]
