@@ -83,10 +83,12 @@ pub const CREDIT_WINDOW_SHARE: u64 = 4;
 pub const FLOOR_CACHE_SHARE: u64 = 16;
 
 /// The most ranges of speculative pages a budget remembers for credit;
-/// past it the lowest are forgotten (they can no longer be earned back, so
-/// the bound only tightens). 4,096 ranges of the largest windows cover far
-/// more than any cache; of 1-page runs (a stride's), 16 MiB.
-pub const MAX_RANGES: usize = 4096;
+/// past it the farthest from the reader are forgotten (they can no longer
+/// be earned back, so the bound only tightens): 65,536, a few megabytes of
+/// map at most. With 4,096, a backward scan of a table of 8 KiB rows (its
+/// windows broken into short ranges by the overflow pages read before
+/// them) lost the credit of a third of the pages it read.
+pub const MAX_RANGES: usize = 1 << 16;
 
 /// Pages as disjoint, non-adjacent `start → end` ranges.
 #[derive(Clone, Debug, Default)]
@@ -106,7 +108,9 @@ impl Ranges {
     }
 
     /// Adds page `p` (not in a range), merged with its neighbours. Past
-    /// [`MAX_RANGES`] the lowest range is dropped.
+    /// [`MAX_RANGES`] the range farthest from `p` is dropped (the reader's
+    /// next pages lie near what it reads now, below it for a backward
+    /// reader).
     fn add(&mut self, p: u64) {
         let mut start = p;
         let mut end = p + 1;
@@ -120,7 +124,13 @@ impl Ranges {
         }
         self.0.insert(start, end);
         if self.0.len() > MAX_RANGES {
-            self.0.pop_first();
+            let low = self.0.first_key_value().map_or(0, |(&s, _)| p - s.min(p));
+            let high = self.0.last_key_value().map_or(0, |(&s, _)| s.max(p) - p);
+            if low >= high {
+                self.0.pop_first();
+            } else {
+                self.0.pop_last();
+            }
         }
     }
 
@@ -555,6 +565,32 @@ mod tests {
         assert!(b.has(5) && b.has(8) && b.has(9) && !b.has(6) && b.has(20));
         assert_eq!(b.take(0, 100), 4);
         assert!(b.is_empty());
+    }
+
+    /// A backward scan of 8 KiB rows under `ahead run` hinted a third less
+    /// once the range map was full: it forgot the lowest ranges, the next
+    /// ones a backward reader takes.
+    #[test]
+    fn a_full_range_map_forgets_what_lies_farthest_from_the_reader() {
+        let mut b = Ranges::default();
+        let n = MAX_RANGES as u64 + 100;
+        // Single pages walking down, as a backward reader's fragmented
+        // windows leave them.
+        for k in (0..n).rev() {
+            b.add(2 * k);
+        }
+        assert_eq!(b.0.len(), MAX_RANGES);
+        assert!(
+            b.has(0) && b.has(2),
+            "the pages next to the reader are kept"
+        );
+        assert!(!b.has(2 * (n - 1)), "the farthest are forgotten");
+        // And walking up, the other way.
+        let mut b = Ranges::default();
+        for k in 0..n {
+            b.add(2 * k);
+        }
+        assert!(b.has(2 * (n - 1)) && !b.has(0));
     }
 
     #[test]
