@@ -17,6 +17,9 @@ pub(crate) struct SparseTable {
     pub(crate) marked: PageSet,
     /// The windows submitted since they were last taken.
     pub(crate) windows: Vec<Window>,
+    /// The pages those windows made present (they were absent), since
+    /// last taken.
+    pub(crate) fresh: PageSet,
     /// What the cache behind the table can hold, in pages, if known.
     pub(crate) capacity: Option<u64>,
 }
@@ -28,6 +31,7 @@ impl SparseTable {
             present: PageSet::default(),
             marked: PageSet::default(),
             windows: Vec::new(),
+            fresh: PageSet::default(),
             capacity: None,
         }
     }
@@ -62,7 +66,9 @@ impl PageTable for SparseTable {
     fn submit_readahead(&mut self, window: &Window) {
         window.for_each_run(|start, count| {
             for p in start..start + count {
-                self.present.insert(p);
+                if self.present.insert(p) {
+                    self.fresh.insert(p);
+                }
             }
         });
         if let Some(m) = window.marker_page() {
