@@ -33,7 +33,8 @@
 //!   (finding only its own markers, and following the windows actually
 //!   read, as the kernel's state follows its readahead). Pages of its
 //!   window are not charged; where the budget cut ahead's window to fewer
-//!   pages ahead than the kernel's, the kernel's window is read instead.
+//!   pages ahead than the kernel's, or the policy decided nothing, the
+//!   kernel's window is read instead.
 //!   So with an empty budget a file reads as `ondemand` would, and a file
 //!   read as the kernel reads it earns (its pages used are speculative
 //!   pages used) what ahead's own rules may then spend.
@@ -309,8 +310,8 @@ impl Budget {
     /// would have read `floor` at the same decision: cut, in the reader's
     /// direction, to the speculative pages the budget has left (pages of
     /// `floor` are free), and charged for them. Where the budget cut it to
-    /// fewer pages ahead than `floor` reads, `floor` is read instead.
-    /// `None` if neither reads anything.
+    /// fewer pages ahead than `floor` reads, or there is no `window`,
+    /// `floor` is read instead. `None` if neither reads anything.
     pub fn admit(
         &mut self,
         window: Option<Window>,
