@@ -346,15 +346,9 @@ impl Budget {
         let read_whole = matches!(window.shape,
             Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap);
         // The pages the engine will read for nobody yet: the window's (or
-        // its span's, read whole), less the request, what is present and
-        // what is already speculated on.
-        let ahead = |b: &Budget, p: u64| {
-            (read_whole || window.contains(p))
-                && (p < req.index || p >= req.end())
-                && !view.is_present(p)
-                && !b.charged_out.has(p)
-                && !b.floor_out.has(p)
-        };
+        // its span's, read whole).
+        let ahead =
+            |b: &Budget, p: u64| (read_whole || window.contains(p)) && b.speculative(p, req, view);
         // Nearest the reader first (downwards for a backward window), until
         // the budget runs out at page `cut`.
         let (lo, hi) = (window.start, window.end());
@@ -410,6 +404,15 @@ impl Budget {
         Some(admitted)
     }
 
+    /// Whether reading page `p` for `req` would be speculation not yet
+    /// accounted for: not the request's, not present, not already out.
+    fn speculative(&self, p: u64, req: Request, view: &dyn CacheView) -> bool {
+        (p < req.index || p >= req.end())
+            && !view.is_present(p)
+            && !self.charged_out.has(p)
+            && !self.floor_out.has(p)
+    }
+
     /// `floor` as it is, uncharged.
     fn read_floor(
         &mut self,
@@ -419,12 +422,7 @@ impl Budget {
     ) -> Option<Window> {
         let f = floor?;
         for p in f.start..f.end() {
-            if f.contains(p)
-                && (p < req.index || p >= req.end())
-                && !view.is_present(p)
-                && !self.charged_out.has(p)
-                && !self.floor_out.has(p)
-            {
+            if f.contains(p) && self.speculative(p, req, view) {
                 self.floor += 1;
                 self.floor_out.add(p);
             }
