@@ -258,11 +258,14 @@ mod tests {
             "{:?}",
             h.describe()
         );
-        // Nearly every request after the first few was served cached.
+        // Every request was served cached but the first few: those that
+        // found the stride, and the pages that bore it out before the
+        // first hint (`HINT_EVIDENCE_PAGES`, one a request here).
         let cached = (0..400u64)
             .filter(|k| hinted.contains(&(1000 + k * 32)))
-            .count();
-        assert!(cached > 390, "{cached} of 400 hinted");
+            .count() as u64;
+        let first = crate::ra::budget::HINT_EVIDENCE_PAGES + 4;
+        assert!(cached >= 400 - first, "{cached} of 400 hinted");
     }
 
     #[test]

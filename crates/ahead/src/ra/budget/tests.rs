@@ -298,7 +298,7 @@ proptest::proptest! {
             drive(&mut policy, &mut t, req);
             let b = policy.budget();
             proptest::prop_assert!(b.holds(), "{:?}", b);
-            let (num, den) = WASTE_PER_USE;
+            let (num, den) = b.waste_per_use();
             let wasted = t.read_ahead - t.taken;
             // The gap credit gives each request that takes a page at
             // most `g` pages below it, so the budget's `used` is at
@@ -315,4 +315,69 @@ proptest::proptest! {
             );
         }
     }
+}
+
+/// Hints start with nothing to spend: the pages the policy foresaw must
+/// first be read by the program unaided, as the hints' bound would have
+/// them read; then the credit is small.
+#[test]
+fn hints_wait_for_the_reads_to_bear_the_policy_out() {
+    let v = view(10_000);
+    let config = crate::ra::hints::config(DEFAULT_MAX_PAGES * 4096, 4096);
+    let window = |start, size| Window {
+        start,
+        size,
+        async_size: 0,
+        shape: Shape::Forward,
+    };
+    // A policy foreseeing 32 pages at a time of which the program reads
+    // 8: however many it reads, no hint.
+    let mut poor = Budget::new(&config);
+    for k in 0..20 {
+        let at = 1000 + 100 * k;
+        assert_eq!(
+            poor.admit(Some(window(at + 1, 32)), None, Request::new(at, 1), &v),
+            None
+        );
+        for p in at + 1..at + 9 {
+            poor.credit(Request::new(p, 1));
+        }
+    }
+    assert_eq!((poor.foreseen(), poor.foreseen_used()), (640, 160));
+    assert_eq!((poor.charged(), poor.credit_pages()), (0, 0));
+
+    // One foreseeing 8 pages at a time, all of which the program reads.
+    let mut b = Budget::new(&config);
+    assert_eq!(
+        b.admit(Some(window(101, 8)), None, Request::new(100, 1), &v),
+        None
+    );
+    assert_eq!(b.charged(), 0, "nothing hinted without evidence");
+    for p in 101..109 {
+        b.credit(Request::new(p, 1));
+    }
+    assert_eq!(b.foreseen_used(), 8, "not yet enough");
+    assert_eq!(
+        b.admit(Some(window(109, 8)), None, Request::new(108, 1), &v),
+        None
+    );
+    // Seven of them: one unread of 15 read is within the bound, but 16
+    // are asked.
+    for p in 109..116 {
+        b.credit(Request::new(p, 1));
+    }
+    assert_eq!(b.credit_pages(), 0);
+    b.credit(Request::new(116, 1));
+    assert_eq!(b.foreseen_used(), HINT_EVIDENCE_PAGES);
+    let w = b
+        .admit(Some(window(300, 64)), None, Request::new(299, 1), &v)
+        .unwrap();
+    assert_eq!(w.pages(), HINT_CREDIT_PAGES, "the credit, and no more");
+    // Eight of them used: k·8 + c, less the 24 still unused.
+    for p in 300..308 {
+        b.credit(Request::new(p, 1));
+    }
+    assert_eq!(b.used(), 8);
+    assert_eq!(b.left(), 8 + HINT_CREDIT_PAGES - 24);
+    assert!(b.holds());
 }
