@@ -222,6 +222,8 @@ pub struct Budget {
     foreseen: u64,
     /// The evidence was shown: `c` is granted.
     shown: bool,
+    /// Where the last request that took foreseen pages ended.
+    foreseen_end: u64,
     /// Speculative pages charged, in all.
     charged: u64,
     /// Of those, pages a request took.
@@ -259,6 +261,7 @@ impl Budget {
             foreseen_used: 0,
             foreseen: 0,
             shown: !config.hints,
+            foreseen_end: 0,
             charged: 0,
             used: 0,
             floor: 0,
@@ -368,7 +371,14 @@ impl Budget {
     pub fn credit(&mut self, req: Request) {
         if let Some(f) = &mut self.foreseen_out {
             if !f.is_empty() {
-                self.foreseen_used += f.take(req.index, req.end());
+                // As charged pages earn: a short gap read through between
+                // two pages the reader took counts with them (a window
+                // that reads a stride whole foresees its gaps too).
+                let taken = f.take_with_gap(req, self.gap_credit, self.foreseen_end);
+                if taken > 0 {
+                    self.foreseen_end = req.end();
+                }
+                self.foreseen_used += taken;
             }
             let (num, den) = self.waste_per_use;
             let unread = self.foreseen - self.foreseen_used;
@@ -482,6 +492,12 @@ impl Budget {
                 if kept < floor.map_or(0, |f| reads_ahead(&f, req, view)) {
                     return self.read_floor(floor, req, view);
                 }
+                if kept == 0 {
+                    // Nothing ahead is left of it: refused, not a window
+                    // of the request's own pages that the policy would
+                    // then judge unused.
+                    return None;
+                }
                 if backward {
                     if p + 1 == hi {
                         return None;
@@ -524,20 +540,22 @@ impl Budget {
     }
 
     /// While the budget waits for evidence (hints): records the pages of
-    /// `window` the cut at `cut` left unread (not the gaps of a stride
-    /// read whole: those are read for cost, not foreseen), so that a
-    /// request taking one counts.
+    /// `window` the cut at `cut` left unread, as they would have been
+    /// charged (with the gaps of a stride read whole), so that a request
+    /// taking one counts, and a short gap below it as it would earn.
     fn foresee(&mut self, window: &Window, cut: u64, req: Request, view: &dyn CacheView) {
         if self.foreseen_out.is_none() {
             return;
         }
+        let read_whole = matches!(window.shape,
+            Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap);
         let (lo, hi) = if window.shape == Shape::Backward {
             (window.start, cut + 1)
         } else {
             (cut, window.end())
         };
         for p in lo..hi {
-            if window.contains(p) && self.speculative(p, req, view) {
+            if (read_whole || window.contains(p)) && self.speculative(p, req, view) {
                 if let Some(f) = &mut self.foreseen_out {
                     if !f.has(p) {
                         f.add(p);
@@ -630,8 +648,13 @@ impl<P: Policy> Policy for Budgeted<P> {
             _ => k.decide(req, trigger, view),
         });
         let window = self.inner.decide(req, trigger, view);
+        // Before a file's evidence (hints), the policy is not told that
+        // its windows were refused: it goes on as if they had been read,
+        // so that what it foresees is its pattern's, and its own records
+        // judge them as they would judge hints.
+        let gathering = !self.budget.shown;
         let admitted = self.budget.admit(window, floor, req, view);
-        if let Some(w) = window {
+        if let (Some(w), false) = (window, gathering) {
             self.inner.admitted(w, admitted);
         }
         if let (Some(k), Some(f)) = (&mut self.kernel, floor) {
