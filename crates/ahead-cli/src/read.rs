@@ -171,6 +171,11 @@ pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json
             o[k] = v.into();
         }
     }
+    if let Some(c) = m.device_cost {
+        o["device_request_pages"] = c.request_pages.into();
+        o["device_latency_pages"] = c.latency_pages.into();
+        o["device_parallelism"] = c.parallelism.into();
+    }
     o
 }
 
@@ -189,6 +194,12 @@ fn text(pattern: &str, engine: &str, bs: u64, m: &Measurement, stats: bool) -> S
     if let (true, Some(s)) = (stats, &m.stats) {
         for (k, v) in s.fields() {
             out += &format!("  {k:<20} {v}\n");
+        }
+        if let Some(c) = m.device_cost {
+            out += &format!(
+                "  device cost (learned): a request {} pages, latency {} pages, {} in parallel\n",
+                c.request_pages, c.latency_pages, c.parallelism
+            );
         }
     }
     out

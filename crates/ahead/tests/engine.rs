@@ -654,3 +654,71 @@ fn a_file_over_4_gib_reads_right_near_its_end() {
         assert_eq!(file.read_at(&mut buf, size).unwrap(), 0);
     }
 }
+
+/// The engine learns what its device charges from a file's reads: small
+/// reads one at a time (latency), then many at once (their rate), then
+/// large ones (bandwidth); until it has all three it knows nothing. Prints
+/// what it learned: run under `steady` with `LEARN_SCALE=10` (seconds of
+/// each phase, past the throttle's first burst) to compare with a cap's
+/// figures.
+#[test]
+fn the_engine_learns_its_devices_costs_from_a_files_reads() {
+    let scale: u64 = std::env::var("LEARN_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let dir = scratch();
+    let path = gen(dir.path(), "learn", (32 + 64 * scale) << 20);
+    let engine = Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(32 << 20)
+            .with_depth(16),
+    )
+    .unwrap();
+    assert_eq!(engine.device_cost(), None, "nothing read yet");
+    let f = engine.open(&path).unwrap();
+    if !f.is_direct() {
+        eprintln!("SKIP the device's costs: O_DIRECT refused here");
+        return;
+    }
+    // Random 4 KiB reads, one at a time, over the whole file (which is
+    // three times the cache and more: few of them hit it).
+    let pages = (32 + 64 * scale) << 8;
+    f.advise(0, u64::MAX, Advice::Random);
+    let mut buf = vec![0u8; 4096];
+    let mut x = 12345u64;
+    for _ in 0..400 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let page = (x >> 33) % pages;
+        f.read_at(&mut buf, page * 4096).unwrap();
+    }
+    assert!(engine.device_cost().is_none(), "small reads alone");
+    // Then 16 threads of them at once.
+    std::thread::scope(|s| {
+        for t in 0..16u64 {
+            let f = &f;
+            s.spawn(move || {
+                let mut buf = vec![0u8; 4096];
+                for k in 0..200 * scale {
+                    let page = (t * 7919 + k * 104729) % pages;
+                    f.read_at(&mut buf, page * 4096).unwrap();
+                }
+            });
+        }
+    });
+    // Then 1 MiB reads of the rest, forward.
+    f.advise(0, u64::MAX, Advice::Normal);
+    let mut big = vec![0u8; 1 << 20];
+    for mb in 32..32 + 64 * scale {
+        f.read_at(&mut big, mb << 20).unwrap();
+    }
+    let c = engine.device_cost().expect("learned after all three");
+    eprintln!("learned: {c:?}");
+    assert!(
+        c.request_pages >= 1 && c.latency_pages >= 1 && c.parallelism >= 2,
+        "{c:?}"
+    );
+}

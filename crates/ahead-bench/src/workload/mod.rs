@@ -181,6 +181,8 @@ pub struct Measurement {
     pub direct: bool,
     /// Device reads sent into registered buffers, for ahead runs.
     pub fixed_reads: Option<u64>,
+    /// What ahead's engine learned its device charges, for Direct runs.
+    pub device_cost: Option<ahead::ra::DeviceCost>,
 }
 
 impl Measurement {
@@ -354,6 +356,7 @@ fn measure_ahead(
     });
     m.direct = file.is_direct();
     m.fixed_reads = Some(eng.fixed_reads());
+    m.device_cost = eng.device_cost();
     Ok(m)
 }
 

@@ -133,22 +133,40 @@ impl File {
             }
             let op = self.op_for(&plan, page);
             let engine = shared.clone();
+            let learn = self.learns().then(|| engine.submitted());
             self.backend().submit(
                 op,
-                Box::new(move |_op, result| engine.cache.complete(&plan, result)),
+                Box::new(move |_op, result| {
+                    if let Some(at) = learn {
+                        engine.completed(at, &result);
+                    }
+                    engine.cache.complete(&plan, result)
+                }),
             );
         }
         if let Some(plan) = inline {
             let mut op = self.op_for(&plan, page);
+            let learn = self.learns().then(|| shared.submitted());
             let result = self.backend().read_now(&mut op);
+            if let Some(at) = learn {
+                shared.completed(at, &result);
+            }
             shared.cache.complete(&plan, result);
         }
     }
 
+    /// Whether this file's reads teach the engine its device's costs: a
+    /// file's do; an object's go to another backend, whose costs are the
+    /// published ones ([`crate::ra::DeviceCost::object_store`]).
+    fn learns(&self) -> bool {
+        !self.is_remote()
+    }
+
     /// What the file's source charges, where it is known; `None` for a
-    /// file (the policies' measured defaults). For an object:
-    /// [`crate::ra::DeviceCost::object_store`] with the engine's depth of
-    /// requests in flight.
+    /// file (the policies' measured defaults: what the engine learns of
+    /// its device, [`crate::ra::learn`], is not yet steady enough to
+    /// decide by). For an object: [`crate::ra::DeviceCost::object_store`]
+    /// with the engine's depth of requests in flight.
     fn source_cost(&self) -> Option<crate::ra::DeviceCost> {
         self.is_remote().then(|| {
             crate::ra::DeviceCost::object_store(self.page(), self.inner.engine.config.depth as u64)

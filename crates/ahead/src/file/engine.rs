@@ -285,6 +285,39 @@ pub(super) struct Shared {
     /// The runtime of objects' requests (started on first use).
     #[cfg(feature = "remote")]
     pub(super) runtime: OnceLock<Arc<crate::remote::Runtime>>,
+    /// What the device of Direct files charges, learned from their reads
+    /// ([`ra::learn`]), and the origin of its times.
+    pub(super) learner: std::sync::Mutex<ra::learn::CostLearner>,
+    pub(super) epoch: std::time::Instant,
+}
+
+impl Shared {
+    /// Nanoseconds since the engine started: the learner's clock.
+    pub(super) fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// The device's costs as learned so far, `None` until they are known.
+    pub(super) fn learned_cost(&self) -> Option<ra::DeviceCost> {
+        self.learner.lock().ok()?.cost()
+    }
+
+    /// A read goes to the device: when, and how many are in flight.
+    pub(super) fn submitted(&self) -> (u64, u64) {
+        let now = self.now_ns();
+        let depth = self.learner.lock().map_or(0, |mut l| l.submitted(now));
+        (now, depth)
+    }
+
+    /// The read submitted `at` (what [`Shared::submitted`] returned)
+    /// completed with `result`.
+    pub(super) fn completed(&self, at: (u64, u64), result: &io::Result<usize>) {
+        let now = self.now_ns();
+        let bytes = result.as_ref().map_or(0, |&n| n as u64);
+        if let Ok(mut l) = self.learner.lock() {
+            l.completed(at.0, at.1, now, bytes);
+        }
+    }
 }
 
 /// Owns the cache and the backend; opens files. Cheap to clone.
@@ -336,6 +369,8 @@ impl Engine {
                 #[cfg(feature = "remote")]
                 runtime: OnceLock::new(),
                 served: Served::default(),
+                learner: std::sync::Mutex::new(ra::learn::CostLearner::new(page)),
+                epoch: std::time::Instant::now(),
                 config,
             }),
         })
@@ -416,6 +451,15 @@ impl Engine {
     /// backend or the kernel has none.
     pub fn fixed_reads(&self) -> u64 {
         self.shared.backend.fixed_reads()
+    }
+
+    /// What the device of this engine's Direct files charges, as learned
+    /// from their reads so far ([`ra::learn`]): `None` until the latency of
+    /// small reads, the bandwidth and the rate of small reads are all
+    /// known. Reported, not yet decided by: under a cgroup's cap its
+    /// figures still moved 2–3× between runs (docs/never-worse.md).
+    pub fn device_cost(&self) -> Option<ra::DeviceCost> {
+        self.shared.learned_cost()
     }
 
     /// Counters summed over every file.

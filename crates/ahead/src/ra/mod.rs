@@ -66,6 +66,7 @@ pub mod ahead;
 pub mod budget;
 mod drive;
 pub mod hints;
+pub mod learn;
 pub mod legacy;
 pub mod ondemand;
 pub use drive::{drive, Lookup, PageTable};
