@@ -392,6 +392,14 @@ pub(crate) fn at_exit() {
         return;
     };
     rt.exiting.store(true, Ordering::SeqCst);
+    if rt.config.stats.is_none() && rt.config.trace.is_none() {
+        // Nothing to count or record: what the helper has not yet taken
+        // are hints for reads this process will no longer make. Waiting
+        // for it to drain them cost `tail -n 1629` of a cached file 6.8 ms
+        // (1.1 ms plain): the helper, woken on the other vCPU of an idle
+        // VM, takes milliseconds to run.
+        return;
+    }
     if !rt.started.load(Ordering::Acquire) {
         report::process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), 0);
         return;
