@@ -220,6 +220,16 @@ mod tests {
     }
 
     impl Capped {
+        /// The simulator's `cloud` cap with a latency of 0.5 ms.
+        fn cloud() -> Capped {
+            Capped {
+                iops: 5000.0,
+                bps: 200.0 * 1048576.0,
+                latency: 0.0005,
+                free_at: 0.0,
+            }
+        }
+
         fn serve(&mut self, t: f64, bytes: u64) -> f64 {
             let hold = (1.0 / self.iops).max(bytes as f64 / self.bps);
             let start = t.max(self.free_at);
@@ -294,12 +304,7 @@ mod tests {
 
     #[test]
     fn large_reads_alone_teach_no_request_cost() {
-        let mut d = Capped {
-            iops: 5000.0,
-            bps: 200.0 * 1048576.0,
-            latency: 0.0005,
-            free_at: 0.0,
-        };
+        let mut d = Capped::cloud();
         let mut l = CostLearner::new(4096);
         let mut t = 0.0;
         drive(&mut l, &mut d, &mut t, 64, 4, 1000);
@@ -309,12 +314,7 @@ mod tests {
 
     #[test]
     fn small_reads_alone_teach_no_bandwidth() {
-        let mut d = Capped {
-            iops: 5000.0,
-            bps: 200.0 * 1048576.0,
-            latency: 0.0005,
-            free_at: 0.0,
-        };
+        let mut d = Capped::cloud();
         let mut l = CostLearner::new(4096);
         let mut t = 0.0;
         drive(&mut l, &mut d, &mut t, 1, 1, 100);
