@@ -46,8 +46,11 @@
 //! policy *foresaw* (decided, but the budget did not let it read) that the
 //! reader then read unaided ([`HINT_EVIDENCE_PAGES`]). So a pattern proves
 //! itself at the kernel's pace before ahead speculates on it, and a file
-//! whose reads only looked regular sends nothing. Then its credit is small
-//! ([`HINT_CREDIT_PAGES`]) and `k` is one half ([`HINT_WASTE_PER_USE`]).
+//! whose reads only looked regular sends nothing. Meanwhile the policy is
+//! not told that its windows were refused, so that what is judged is its
+//! pattern and not the fallback it would take. Then the file's credit is
+//! one of the kernel's windows ([`HINT_CREDIT_PAGES`]), and `k` is the
+//! same as for reads ([`HINT_WASTE_PER_USE`]).
 
 use std::collections::BTreeMap;
 
