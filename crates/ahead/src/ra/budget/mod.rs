@@ -547,9 +547,9 @@ impl Budget {
     /// charged (with the gaps of a stride read whole), so that a request
     /// taking one counts, and a short gap below it as it would earn.
     fn foresee(&mut self, window: &Window, cut: u64, req: Request, view: &dyn CacheView) {
-        if self.foreseen_out.is_none() {
+        let Some(mut f) = self.foreseen_out.take() else {
             return;
-        }
+        };
         let read_whole = matches!(window.shape,
             Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap);
         let (lo, hi) = if window.shape == Shape::Backward {
@@ -558,15 +558,12 @@ impl Budget {
             (cut, window.end())
         };
         for p in lo..hi {
-            if (read_whole || window.contains(p)) && self.speculative(p, req, view) {
-                if let Some(f) = &mut self.foreseen_out {
-                    if !f.has(p) {
-                        f.add(p);
-                        self.foreseen += 1;
-                    }
-                }
+            if (read_whole || window.contains(p)) && self.speculative(p, req, view) && !f.has(p) {
+                f.add(p);
+                self.foreseen += 1;
             }
         }
+        self.foreseen_out = Some(f);
     }
 
     /// `floor` as it is, uncharged.
