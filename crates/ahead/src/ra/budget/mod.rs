@@ -50,7 +50,7 @@
 //! not told that its windows were refused, so that what is judged is its
 //! pattern and not the fallback it would take. Then the file's credit is
 //! one of the kernel's windows ([`HINT_CREDIT_PAGES`]), and `k` is the
-//! same as for reads ([`HINT_WASTE_PER_USE`]).
+//! same as for reads ([`WASTE_PER_USE`]).
 
 use std::collections::BTreeMap;
 
@@ -65,7 +65,10 @@ use super::{
 /// device, one request on an IOPS-bound one when each is a request of its
 /// own), speculation at this rate breaks even; the per-rule records hold a
 /// rule at the same ratio ([`super::accuracy::ACCURACY_FLOOR`], one half
-/// used), and `ahead run --stats` reports it as `accuracy`.
+/// used), and `ahead run --stats` reports it as `accuracy`. Hints are held
+/// to it too: one half for them ramped a backward reader's hints so slowly
+/// that a `tail -n` of 73,072 lines and two `order by ... desc limit`
+/// queries ran 1.4–1.6× plain, against 0.9–1.0× with one.
 pub const WASTE_PER_USE: (u64, u64) = (1, 1);
 
 /// The least `c` of the bound, the pages a file may speculate on before
@@ -100,13 +103,6 @@ pub const FLOOR_CACHE_SHARE: u64 = 16;
 /// them) lost the credit of a third of the pages it read.
 pub const MAX_RANGES: usize = 1 << 16;
 
-/// `k` of the bound for hints ([`RaConfig::hints`]): the same one wasted
-/// page for each page used as [`WASTE_PER_USE`]. One half (tried on the
-/// generator's cases) ramped a backward reader's hints so slowly that a
-/// `tail -n` of 73,072 lines and two `order by ... desc limit` queries ran
-/// 1.4–1.6× plain against 0.9–1.0× with it.
-pub const HINT_WASTE_PER_USE: (u64, u64) = WASTE_PER_USE;
-
 /// `c` of the bound for hints: 32 pages (128 KiB, one of the kernel's
 /// default windows), and only once the file's reads have borne its
 /// policy out ([`HINT_EVIDENCE_PAGES`]). With a credit of two of the
@@ -120,7 +116,7 @@ pub const HINT_CREDIT_PAGES: u64 = DEFAULT_MAX_PAGES;
 /// of the stride rule's first windows) that its policy *foresaw*, decided
 /// but was not let read, and that the program then read unaided
 /// ([`Budget::foreseen_used`]), with the pages foreseen and not (yet)
-/// read held to the hints' own bound: at most [`HINT_WASTE_PER_USE`] of
+/// read held to the hints' own bound: at most [`WASTE_PER_USE`] of
 /// those read. Until then nothing is hinted and the file reads as the
 /// kernel reads it; the policy's windows, had they been hinted, would
 /// have been read as the bound asks. Granting the credit on the first
@@ -242,12 +238,6 @@ pub struct Budget {
     gap_credit: u64,
     /// `c` of the bound ([`Budget::credit_pages`]).
     credit: u64,
-    /// `k` of the bound: [`WASTE_PER_USE`], [`HINT_WASTE_PER_USE`] for
-    /// hints.
-    waste_per_use: (u64, u64),
-    /// Foreseen pages requested before `c` is granted (hints:
-    /// [`HINT_EVIDENCE_PAGES`]; else none).
-    evidence: u64,
     /// Where the last request that took speculative pages ended.
     taken_end: u64,
 }
@@ -275,12 +265,6 @@ impl Budget {
             } else {
                 CREDIT_PAGES.max(config.max_pages / CREDIT_WINDOW_SHARE)
             },
-            waste_per_use: if config.hints {
-                HINT_WASTE_PER_USE
-            } else {
-                WASTE_PER_USE
-            },
-            evidence: if config.hints { HINT_EVIDENCE_PAGES } else { 0 },
             taken_end: 0,
             gap_credit: if config.read_through_gap > 0 {
                 config.read_through_gap
@@ -299,11 +283,6 @@ impl Budget {
         } else {
             0
         }
-    }
-
-    /// `k` of the bound, as (numerator, denominator).
-    pub fn waste_per_use(&self) -> (u64, u64) {
-        self.waste_per_use
     }
 
     /// Speculative pages charged so far.
@@ -348,7 +327,7 @@ impl Budget {
     /// Pages that may still be charged:
     /// `k · (used + floor used) + c − (charged − used)`.
     pub fn left(&self) -> u64 {
-        let (num, den) = self.waste_per_use;
+        let (num, den) = WASTE_PER_USE;
         (self.earned() * num / den + self.credit_pages()).saturating_sub(self.charged - self.used)
     }
 
@@ -356,7 +335,7 @@ impl Budget {
     /// speculative pages used (charged or on the floor), plus `c`. Holds
     /// after every call; the property tests check it.
     pub fn holds(&self) -> bool {
-        let (num, den) = self.waste_per_use;
+        let (num, den) = WASTE_PER_USE;
         (self.charged - self.used) * den <= self.earned() * num + self.credit_pages() * den
     }
 
@@ -383,9 +362,10 @@ impl Budget {
                 }
                 self.foreseen_used += taken;
             }
-            let (num, den) = self.waste_per_use;
+            let (num, den) = WASTE_PER_USE;
             let unread = self.foreseen - self.foreseen_used;
-            if self.foreseen_used >= self.evidence && unread * den <= self.foreseen_used * num {
+            if self.foreseen_used >= HINT_EVIDENCE_PAGES && unread * den <= self.foreseen_used * num
+            {
                 // Shown: nothing more to gather.
                 self.shown = true;
                 self.foreseen_out = None;
@@ -460,8 +440,7 @@ impl Budget {
             return self.read_floor(floor, req, view);
         };
         let on_floor = |p: u64| floor.is_some_and(|f| f.contains(p));
-        let read_whole = matches!(window.shape,
-            Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap);
+        let read_whole = self.reads_whole(&window);
         // The pages the engine will read for nobody yet: the window's (or
         // its span's, read whole).
         let ahead =
@@ -533,6 +512,12 @@ impl Budget {
         Some(admitted)
     }
 
+    /// Whether the engine reads strided window `w` whole, gaps included
+    /// ([`RaConfig::read_through_gap`]).
+    fn reads_whole(&self, w: &Window) -> bool {
+        matches!(w.shape, Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap)
+    }
+
     /// Whether reading page `p` for `req` would be speculation not yet
     /// accounted for: not the request's, not present, not already out.
     fn speculative(&self, p: u64, req: Request, view: &dyn CacheView) -> bool {
@@ -550,8 +535,7 @@ impl Budget {
         let Some(mut f) = self.foreseen_out.take() else {
             return;
         };
-        let read_whole = matches!(window.shape,
-            Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap);
+        let read_whole = self.reads_whole(window);
         let (lo, hi) = if window.shape == Shape::Backward {
             (window.start, cut + 1)
         } else {

@@ -298,7 +298,7 @@ proptest::proptest! {
             drive(&mut policy, &mut t, req);
             let b = policy.budget();
             proptest::prop_assert!(b.holds(), "{:?}", b);
-            let (num, den) = b.waste_per_use();
+            let (num, den) = WASTE_PER_USE;
             let wasted = t.read_ahead - t.taken;
             // The gap credit gives each request that takes a page at
             // most `g` pages below it, so the budget's `used` is at
