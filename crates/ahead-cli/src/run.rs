@@ -39,7 +39,10 @@ pub struct RunArgs {
     /// RWF_DONTCACHE, else residency checks and DONTNEED).
     #[arg(long, conflicts_with = "off")]
     uncached: bool,
-    /// Load the library but do nothing (its own cost).
+    /// Load nothing: run the command as it is, after ahead's own start-up
+    /// (what having `ahead run` in front of a command costs at least).
+    /// With `--stats`, the libraries are loaded to count, and act on
+    /// nothing.
     #[arg(long)]
     off: bool,
     /// Uncached mode: do not use RWF_DONTCACHE even where the kernel has
@@ -77,6 +80,13 @@ pub fn run(args: RunArgs) -> Result<()> {
     } else {
         "readahead"
     };
+    if args.off && args.stats.is_none() {
+        // Nothing to load: the program runs as it would without ahead.
+        let err = std::process::Command::new(&args.cmd[0])
+            .args(&args.cmd[1..])
+            .exec();
+        bail!("{}: {err}", args.cmd[0].to_string_lossy())
+    }
     let mut env = vec![("AHEAD_RUN_MODE", OsString::from(mode))];
     if args.no_dontcache {
         env.push(("AHEAD_RUN_DONTCACHE", "0".into()));

@@ -26,8 +26,8 @@
 //! * `uncached`: reads and writes of regular files leave the page cache as
 //!   they found it (see `uncached/`).
 //! * `trace`: each read of a regular file is recorded (see `helper/`).
-//! * `off`: the hooks only pass calls on (the shim does not load this
-//!   library for `--off` without `--stats`).
+//! * `off`: the hooks only pass calls on (`--off --stats`: counting; for
+//!   `--off` alone nothing is preloaded).
 //!
 //! Descriptors are tracked in a fixed table indexed by descriptor number
 //! (numbers past [`SLOTS`] are passed through untouched). A slot says

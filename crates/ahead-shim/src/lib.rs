@@ -17,14 +17,15 @@
 //! * uncached mode: at the process's first read or write of a regular
 //!   file, found with one `fstat`. A descriptor found to be something else
 //!   (a pipe, a terminal) is remembered, so a program reading only pipes
-//!   makes no more calls than under `--off`;
+//!   makes no more calls than without ahead;
 //! * readahead mode: at the first read of a regular file that readahead
 //!   could help, which is later still. Reads that continue where the
 //!   descriptor's last one ended are the kernel's to follow, and are told
 //!   without a system call (`fds.rs`); a descriptor's first read elsewhere
 //!   is passed on too (one read is no stream). The second read of a
 //!   descriptor that is not forward loads the core;
-//! * `--off` without `--stats`: never.
+//! * `--off`: only with `--stats` (at load); without it, `ahead run` does
+//!   not preload this library at all.
 //!
 //! From then on every hooked call goes to the core's function of the same
 //! name, and the core finds the C library's through [`ahead_shim_next`].
@@ -54,7 +55,9 @@ use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t,
 /// The core's file name, in this library's directory.
 const CORE: &[u8] = b"libahead_preload.so";
 
-/// Nothing to do in this process (`--off` without statistics).
+/// Nothing to do in this process: mode `off` without statistics (which
+/// `ahead run` no longer preloads for), an unknown mode, or before the
+/// constructor has run.
 const IDLE: u8 = 0;
 /// The core is loaded at the first read of a regular file.
 const WAITING: u8 = 1;
