@@ -155,8 +155,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     let rows = ahead_bench::suite::run_cases(&path, &cases, reps, profile, |l| eprintln!("{l}"))
         .map_err(anyhow::Error::msg)?;
-    print!("{}", suite::table(&rows));
-    println!(
+    out!("{}", suite::table(&rows));
+    outln!(
         "file {} ({}), {reps} repetition(s), medians; device: {}; {:.0} s in all",
         path.display(),
         format_size(size),
@@ -180,7 +180,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let process = suite::peak_rss();
     let allowance = config.cache_bytes + (64 << 20);
     match per_run {
-        Some(p) => println!(
+        Some(p) => outln!(
             "peak RSS of an ahead run {} (cache budget {} + 64 MiB = {}): {}; whole benchmark process {}",
             format_size(p),
             format_size(config.cache_bytes),
@@ -188,7 +188,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             if p <= allowance { "within" } else { "OVER" },
             process.map_or("unknown".into(), format_size)
         ),
-        None => println!(
+        None => outln!(
             "peak RSS per run: unknown (cannot reset the peak here); whole benchmark process {}",
             process.map_or("unknown".into(), format_size)
         ),
@@ -196,7 +196,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let peak = per_run;
     // The mixed-latency loop, short, in the quick run.
     let mix_rows = if args.quick {
-        println!();
+        outln!();
         let mut m = ahead_bench::mix_suite::MixArgs::quick();
         m.dir = args.dir.clone();
         ahead_bench::mix_suite::measure(&m)?
@@ -208,12 +208,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let remote_rows = if args.quick {
         use ahead_bench::remote_suite::{self as remote, RemoteConfig};
         use ahead_bench::shaper::NetProfile;
-        println!();
+        outln!();
         let cfg = RemoteConfig::short(NetProfile::S3);
         let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
         let work = ahead_bench::workdir::private_dir(&parent, "ahead-bench-remote-")?;
         let rows = remote::run(&cfg, work.path())?;
-        print!("{}", remote::table(&rows, &cfg));
+        out!("{}", remote::table(&rows, &cfg));
         rows
     } else {
         Vec::new()

@@ -31,7 +31,7 @@ fn remote(url: &str, as_json: bool) -> Result<()> {
     let p = ahead::remote::probe(url).map_err(|e| anyhow::anyhow!("{e}"))?;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     if as_json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "url": url, "size": p.size, "etag": p.etag,
@@ -41,17 +41,17 @@ fn remote(url: &str, as_json: bool) -> Result<()> {
         );
         return Ok(());
     }
-    println!(
+    outln!(
         "object      {url}: {} bytes, ETag {}",
         p.size,
         p.etag.as_deref().unwrap_or("none")
     );
-    println!("HEAD        {:.1} ms", ms(p.head));
-    println!(
+    outln!("HEAD        {:.1} ms", ms(p.head));
+    outln!(
         "first byte  {:.1} ms (4 KiB GETs, median of 3)",
         ms(p.first_byte)
     );
-    println!(
+    outln!(
         "throughput  {:.1} MB/s on one connection ({} in one GET, first byte excluded)",
         p.bytes_per_sec / 1e6,
         ahead::units::format_size(p.probe_bytes)
@@ -59,7 +59,7 @@ fn remote(url: &str, as_json: bool) -> Result<()> {
     let bdp = p.bytes_per_sec * p.first_byte.as_secs_f64();
     let mib = 1048576.0;
     let one = mib / (p.first_byte.as_secs_f64() + mib / p.bytes_per_sec.max(1.0)) / 1e6;
-    println!(
+    outln!(
         "so          1 MiB reads one at a time get {one:.1} MB/s; a connection stays busy with \
          about {} in flight",
         ahead::units::format_size(bdp as u64)
@@ -149,7 +149,7 @@ pub fn run(args: DoctorArgs) -> Result<()> {
             })),
             "cgroup_io_limits": limits,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
 
@@ -252,6 +252,6 @@ pub fn run(args: DoctorArgs) -> Result<()> {
             "every figure measured here is capped by these limits"
         },
     );
-    print!("{}", out.replace("\n                 → \n", "\n"));
+    out!("{}", out.replace("\n                 → \n", "\n"));
     Ok(())
 }

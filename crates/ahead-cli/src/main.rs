@@ -1,6 +1,19 @@
 //! `ahead` — the command-line tool. Thin: parsing and output; the work is in
 //! the libraries.
 
+/// `println!` that ends the process quietly when the reader of its output
+/// has gone (`ahead stat --json … | head`), as ripgrep does, where
+/// `println!` would panic.
+macro_rules! outln {
+    () => { $crate::emit(format_args!(""), true) };
+    ($($t:tt)*) => { $crate::emit(format_args!($($t)*), true) };
+}
+
+/// `print!`, as [`outln!`].
+macro_rules! out {
+    ($($t:tt)*) => { $crate::emit(format_args!($($t)*), false) };
+}
+
 mod bench;
 mod cat;
 mod copy;
@@ -65,6 +78,27 @@ pub(crate) fn with(mut v: serde_json::Value, more: serde_json::Value) -> serde_j
         a.extend(b);
     }
     v
+}
+
+/// Writes to standard output for [`outln!`] and [`out!`]. A closed pipe
+/// ends the process with status 0 (the reader has all it wanted); any
+/// other error there ends it with a message and status 1.
+pub(crate) fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let r = o.write_fmt(args).and_then(|()| {
+        if newline {
+            o.write_all(b"\n")?;
+        }
+        Ok(())
+    });
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("ahead: writing the output: {e}");
+        std::process::exit(1);
+    }
 }
 
 fn main() -> ExitCode {

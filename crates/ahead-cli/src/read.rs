@@ -133,12 +133,12 @@ pub fn run(args: ReadArgs) -> Result<()> {
         warn_not_direct(&args.file);
     }
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string(&json(&args.pattern, engine.name(), bs, &m))?
         );
     } else {
-        print!("{}", text(&args.pattern, engine.name(), bs, &m, args.stats));
+        out!("{}", text(&args.pattern, engine.name(), bs, &m, args.stats));
     }
     Ok(())
 }

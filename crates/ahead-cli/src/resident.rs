@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
 
-use ahead::residency::{self, Residency, Seen};
+use ahead::residency::{self, MapPart, Residency, Seen};
 use ahead::units::{format_size, parse_size};
 use ahead::walk::Entry;
 use anyhow::{bail, Result};
@@ -350,8 +350,11 @@ impl MapSummary {
     /// not show them.
     fn of_file(f: &fs::File, pages: u64) -> io::Result<Option<MapSummary>> {
         let mut m = MapSummary::new(pages);
-        let seen = residency::each_map_window(f, 0, u64::MAX, |first, w| {
-            m.add(first, w);
+        let seen = residency::each_map_part(f, 0, u64::MAX, |first, part| {
+            match part {
+                MapPart::Same(cached, pages) => m.add_same(first, pages, cached),
+                MapPart::Each(w) => m.add(first, w),
+            }
             Ok(())
         })?;
         Ok(seen.then(|| m.finish()))
@@ -371,6 +374,30 @@ impl MapSummary {
                 (Some(_), false) => self.close(),
                 (None, false) => {}
             }
+        }
+    }
+
+    /// Takes in `pages` pages from `first`, all cached or none: one step
+    /// per mark they cover, whatever their number.
+    fn add_same(&mut self, first: u64, pages: u64, cached: bool) {
+        let end = first + pages;
+        let mut at = first;
+        while at < end {
+            let bucket = at / self.per;
+            let upto = ((bucket + 1) * self.per).min(end);
+            if let Some(b) = self.buckets.get_mut(bucket as usize) {
+                b.1 += upto - at;
+                if cached {
+                    b.0 += upto - at;
+                }
+            }
+            at = upto;
+        }
+        match (&mut self.open, cached) {
+            (Some(run), true) => run[1] += pages,
+            (None, true) => self.open = Some([first, pages]),
+            (Some(_), false) => self.close(),
+            (None, false) => {}
         }
     }
 
@@ -448,22 +475,22 @@ pub fn stat(args: StatArgs) -> Result<bool> {
                 rows.push(row);
             } else {
                 if std::mem::take(&mut header) {
-                    println!("{STAT_HEADER}");
+                    outln!("{STAT_HEADER}");
                 }
-                println!("{}", stat_line(path, size, &seen));
+                outln!("{}", stat_line(path, size, &seen));
                 if let Seen::Unknown { why, .. } = &seen {
                     eprintln!("ahead: {}: residency unknown: {why}", path.display());
                 }
                 if let Some(map) = &map {
-                    print!("{}", map_text(map));
+                    out!("{}", map_text(map));
                 } else if args.map {
-                    println!("(no page map: the kernel would not show this file's pages)");
+                    outln!("(no page map: the kernel would not show this file's pages)");
                 }
             }
         },
     );
     if args.paths.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({"files": rows, "total": total.json()}))?
         );
@@ -473,7 +500,7 @@ pub fn stat(args: StatArgs) -> Result<bool> {
         } else {
             String::new()
         };
-        println!(
+        outln!(
             "{:>8} {:>7.1}% {:>9} {:>8} {:>7} {:>8} {:>7} {:>10}  total, {} files{unknown}",
             total.cached,
             pct(total.cached, total.pages),
@@ -525,7 +552,7 @@ pub fn evict(args: EvictArgs) -> Result<bool> {
                     ),
                     _ => String::new(),
                 };
-                println!(
+                outln!(
                     "{}: {} -> {} cached pages of {}{left}",
                     path.display(),
                     show(b),
@@ -536,7 +563,7 @@ pub fn evict(args: EvictArgs) -> Result<bool> {
         },
     );
     if args.paths.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({ "files": rows }))?
         );
@@ -584,7 +611,7 @@ pub fn warm(args: WarmArgs) -> Result<bool> {
                     "mb_s": mb_s,
                 }));
             } else {
-                println!(
+                outln!(
                 "{}: read {} in {} request(s), {:.3} s ({:.1} MB/s); cached pages {} -> {} of {}{}",
                 path.display(),
                 format_size(report.bytes_read),
@@ -604,7 +631,7 @@ pub fn warm(args: WarmArgs) -> Result<bool> {
         },
     );
     if args.paths.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({ "files": rows }))?
         );

@@ -101,10 +101,10 @@ pub fn run(args: SimArgs) -> Result<()> {
         std::fs::write(path, svg).with_context(|| format!("writing plot {}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "{} on {} ({}), simulated in {:.1} s",
         scenario.name(),
         device,
@@ -112,11 +112,11 @@ pub fn run(args: SimArgs) -> Result<()> {
         wall.as_secs_f64()
     );
     if args.no_context_readahead {
-        println!("ondemand runs without context readahead (as in Linux 2.6.21)");
+        outln!("ondemand runs without context readahead (as in Linux 2.6.21)");
     }
-    print!("{}", table(&rows).render());
+    out!("{}", table(&rows).render());
     if let Some(path) = &args.plot {
-        println!("plot written to {}", path.display());
+        outln!("plot written to {}", path.display());
     }
     Ok(())
 }

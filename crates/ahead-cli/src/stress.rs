@@ -53,7 +53,7 @@ pub fn run(args: StressArgs) -> Result<bool> {
     };
     let r = stress::run(&cfg).map_err(anyhow::Error::msg)?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&json!({
                 "bytes_verified": r.bytes_verified,
@@ -73,7 +73,7 @@ pub fn run(args: StressArgs) -> Result<bool> {
             }))?
         );
     } else {
-        println!(
+        outln!(
             "{} in {} requests verified in {:.1} s by {} threads: {} mismatches, {} unexpected errors, \
              {} injected errors ({} faults); cache peak {} of {}; {} pages hit, {} of them lock-free{}",
             format_size(r.bytes_verified),

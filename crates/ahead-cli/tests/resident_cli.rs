@@ -141,3 +141,81 @@ fn bad_paths_get_one_clear_line_each_and_a_failing_exit() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("exactly one file"));
 }
+
+/// A 15 TiB sparse file's map, under a 2 GiB address-space limit: only the
+/// ranges that hold cached pages are looked at page by page, so the map
+/// finds exactly the two pages read, at both ends.
+#[test]
+fn a_huge_sparse_file_is_mapped_within_an_address_space_limit() {
+    let dir = scratch();
+    let path = dir.path().join("sparse");
+    let f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .unwrap();
+    let size = 15u64 << 40;
+    if let Err(e) = f.set_len(size) {
+        eprintln!("SKIP: this file system will not hold a 15 TiB sparse file: {e}");
+        return;
+    }
+    let probe = ahead(&["stat", "--json", s(&path)]);
+    if json(&probe)["files"][0]["source"] != "cachestat" {
+        eprintln!("SKIP: no cachestat here: mincore would look at every page");
+        return;
+    }
+    if Command::new("prlimit").arg("--version").output().is_err() {
+        eprintln!("SKIP: no prlimit (util-linux)");
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 1];
+    let last = size / PAGE - 1;
+    f.read_at(&mut b, 5 * PAGE).unwrap();
+    f.read_at(&mut b, last * PAGE).unwrap();
+    let o = Command::new("prlimit")
+        .arg(format!("--as={}", 2u64 << 30))
+        .arg(env!("CARGO_BIN_EXE_ahead"))
+        .args(["stat", "--json", "--map", s(&path)])
+        .output()
+        .unwrap();
+    let v = json(&o);
+    let runs = v["files"][0]["cached_runs"].as_array().unwrap().clone();
+    // The kernel may read around a page it was asked for; the two pages
+    // must be in the runs, and nothing far from them.
+    let within = |p: u64| {
+        runs.iter().any(|r| {
+            let (first, n) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+            (first..first + n).contains(&p)
+        })
+    };
+    assert!(within(5) && within(last), "{runs:?}");
+    for r in &runs {
+        let first = r[0].as_u64().unwrap();
+        assert!(first < 1024 || first > last - 1024, "{runs:?}");
+    }
+}
+
+/// A reader that stops early (`| head`) ends `ahead stat` quietly with
+/// status 0, not with a panic about a broken pipe.
+#[test]
+fn a_closed_output_pipe_ends_a_listing_quietly() {
+    let dir = scratch();
+    for i in 0..2000 {
+        std::fs::write(dir.path().join(format!("f{i:05}")), b"x").unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["stat", "-R", s(dir.path())])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The listing is over 100 KB: the pipe (64 KiB) fills, and every write
+    // after the reader has gone fails with EPIPE.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
