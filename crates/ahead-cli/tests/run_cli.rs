@@ -642,3 +642,62 @@ fn a_cpp_program_still_throws_and_catches() {
         );
     }
 }
+
+/// The names of one part (`both` or `shim`) of the table in
+/// crates/ahead-preload/src/interface.rs.
+fn table_part(part: &str) -> std::collections::BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ahead-preload/src/interface.rs");
+    let text = std::fs::read_to_string(path).unwrap();
+    let start = text
+        .find(&format!("{part} {{"))
+        .expect("the part is in the table");
+    let body = &text[start..start + text[start..].find('}').unwrap()];
+    body.lines()
+        .skip(1)
+        .filter_map(|l| l.trim().split_once('(').map(|(n, _)| n.to_owned()))
+        .filter(|n| !n.is_empty() && !n.starts_with("//"))
+        .collect()
+}
+
+/// Both built libraries export exactly the functions of the one table
+/// (the build already checks each definition's type against it), besides
+/// their own `ahead_` entry points.
+#[test]
+fn both_libraries_export_the_one_table() {
+    let Some(nm) = need(&["nm"], "nm (binutils) to list the libraries' symbols") else {
+        return;
+    };
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/$$/maps",
+    ]));
+    let maps = String::from_utf8_lossy(&o.stdout);
+    let shim = maps
+        .split_whitespace()
+        .find(|w| w.ends_with("/libahead_shim.so"))
+        .map(PathBuf::from)
+        .expect("the shim is mapped");
+    let exported = |lib: &Path| -> std::collections::BTreeSet<String> {
+        let o = out(Command::new(&nm).args(["-D", "--defined-only"]).arg(lib));
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .filter(|n| !n.starts_with("ahead_"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let both = table_part("both");
+    let shim_only = table_part("shim");
+    assert!(
+        both.len() > 40 && shim_only.len() == 2,
+        "{both:?} {shim_only:?}"
+    );
+    let core = shim.with_file_name("libahead_preload.so");
+    assert_eq!(exported(&core), both);
+    let all: std::collections::BTreeSet<String> = both.union(&shim_only).cloned().collect();
+    assert_eq!(exported(&shim), all);
+}

@@ -38,6 +38,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+#[macro_use]
+mod interface;
 mod helper;
 mod hooks;
 mod quiet;
@@ -48,6 +50,9 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use libc::c_int;
+
+// Every function of the one table, defined in `hooks` with its type.
+preload_interface!(core crate::hooks);
 
 /// Descriptors the table tracks (0..SLOTS).
 pub const SLOTS: usize = 1 << 16;

@@ -43,6 +43,10 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod fds;
+// The table of functions both libraries define (checked below).
+#[path = "../../ahead-preload/src/interface.rs"]
+#[macro_use]
+mod interface;
 // The unwinder's entry points, as the core has them: no libgcc_s.
 #[path = "../../ahead-preload/src/unwind.rs"]
 mod unwind;
@@ -424,6 +428,9 @@ hook!(close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int, Wants::No
 hook!(fopen(path: *const c_char, m: *const c_char) -> *mut FILE, Wants::Nothing, std::ptr::null_mut(), |f| opened_stream(f));
 hook!(fopen64(path: *const c_char, m: *const c_char) -> *mut FILE, Wants::Nothing, std::ptr::null_mut(), |f| opened_stream(f));
 hook!(fclose(f: *mut FILE) -> c_int, Wants::Nothing, -1);
+
+// Every function of the one table, defined above with its type.
+preload_interface!(shim crate);
 
 // Mappings (counted by the core for --stats).
 hook!(mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
