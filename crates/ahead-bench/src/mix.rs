@@ -1,4 +1,5 @@
-//! The mixed-latency benchmark of seed 004: a server's event loop keeps a
+//! The mixed-latency benchmark of the non-blocking buffered reads series
+//! (docs/references.md): a server's event loop keeps a
 //! fixed number of 16 KiB reads in flight and must never block on I/O.
 //! Each new request is
 //!
@@ -29,12 +30,12 @@ use std::time::{Duration, Instant};
 use ahead::io::{AlignedBuf, Backend, BackendKind, IoBuf, ReadOp};
 use hdrhistogram::Histogram;
 
-/// Request size: the seed's 16 KiB.
+/// Request size: the series' 16 KiB.
 pub const BS: u64 = 16 << 10;
-/// Shares of the three classes, in percent (the seed's 73/18/9).
+/// Shares of the three classes, in percent (the series' 73/18/9).
 pub const SHARES: [u32; 3] = [73, 18, 9];
 /// fio's default Zipf exponent for `random_distribution=zipf` examples
-/// (`zipf:1.2`), which the seed's "zipf med-size dataset" suggests.
+/// (`zipf:1.2`), which the series' "zipf med-size dataset" suggests.
 pub const ZIPF_THETA: f64 = 1.2;
 
 /// Which engine serves the loop.

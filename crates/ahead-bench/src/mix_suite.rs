@@ -1,4 +1,5 @@
-//! `ahead bench mix`: seed 004's mixed-latency workload — a server's event
+//! `ahead bench mix`: the mixed-latency workload of the non-blocking
+//! buffered reads series (docs/references.md) — a server's event
 //! loop keeping 16 KiB reads in flight over a cached file (f1, 73%, Zipf),
 //! an uncached one (f2, 18%, uniform) and a sequential one (f3, 9%) — run by
 //! ahead's Buffered mode, a thread pool, io_uring and blocking preads.

@@ -60,9 +60,10 @@ pub struct BenchArgs {
 enum BenchWhat {
     /// `ahead copy` vs `cp && sync` and nbdcopy: half-cached, sparse, kill -9 + resume.
     Copy(ahead_bench::copy_suite::CopyBenchArgs),
-    /// Seed 004's mixed-latency loop: cached, uncached and sequential 16 KiB
-    /// reads kept in flight by ahead's Buffered mode, a thread pool,
-    /// io_uring and blocking preads.
+    /// The mixed-latency loop of the non-blocking buffered reads series
+    /// (docs/references.md): cached, uncached and sequential 16 KiB reads kept
+    /// in flight by ahead's Buffered mode, a thread pool, io_uring and blocking
+    /// preads.
     Mix(ahead_bench::mix_suite::MixArgs),
     /// Objects in an S3-compatible store behind a network of known latency
     /// and bandwidth: ahead, object_store's BufReader and one GET per read,

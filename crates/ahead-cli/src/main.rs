@@ -46,7 +46,8 @@ enum Command {
     Read(read::ReadArgs),
     /// Print files through ahead's engine (like cat).
     Cat(cat::CatArgs),
-    /// Simulate readahead policies on modelled devices (the seeds' benchmarks).
+    /// Simulate readahead policies on modelled devices (the on-demand RFC's
+    /// benchmarks).
     Sim(sim::SimArgs),
     /// Copy a file fast, sparse-aware, resumable, leaving the page cache as it was.
     Copy(copy::CopyArgs),

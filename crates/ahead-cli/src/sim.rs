@@ -44,7 +44,7 @@ pub struct SimArgs {
     /// Seed of the random workloads.
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Run ondemand without context readahead, as the seeds' kernel
+    /// Run ondemand without context readahead, as the on-demand RFC's kernel
     /// (2.6.21-rc7-mm1) had it; mainline added it in 2.6.31.
     #[arg(long = "no-context-readahead")]
     no_context_readahead: bool,

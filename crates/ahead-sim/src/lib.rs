@@ -1,10 +1,10 @@
 //! # ahead-sim — a readahead simulator
 //!
-//! A discrete-event simulator, in virtual time and deterministic, that
-//! drives `ahead`'s readahead policies — the same code, through
-//! [`ahead::ra::drive`] — over modelled devices ([`device`]) and a page
-//! cache with a memory budget ([`engine`]), on the seeds' workloads and
-//! ahead's own ([`scenario`]).
+//! A discrete-event simulator, in virtual time and deterministic, that drives
+//! `ahead`'s readahead policies — the same code, through [`ahead::ra::drive`] —
+//! over modelled devices ([`device`]) and a page cache with a memory budget
+//! ([`engine`]), on the workloads of docs/references.md's sources and ahead's
+//! own ([`scenario`]).
 //!
 //! ```
 //! use ahead_sim::scenario::{run, Scenario, SimOptions};

@@ -86,8 +86,8 @@ fn ahead_is_never_worse_than_ondemand_on_every_real_trace() {
             let wasteful = a_bytes > BYTES_SLACK * o_bytes + BYTES_CONSTANT && time > BOUGHT;
             let backward =
                 name.contains("backward") || name.starts_with("tac") || name.starts_with("tail");
-            // The disk's track buffer serves a backward reader at close to
-            // its forward speed (seed 000: 50 against 62 MB/s), so less is
+            // The disk's track buffer serves a backward reader at close to its
+            // forward speed (the on-demand RFC: 50 against 62 MB/s), so less is
             // left to gain there.
             let gain = if device == DeviceKind::Hdd { 1.4 } else { 1.5 };
             if slow || wasteful || (backward && time > 1.0 / gain) {

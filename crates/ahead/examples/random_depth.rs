@@ -1,4 +1,5 @@
-//! Random reads at depth (the aio-stress case of seed 001): `read_many`
+//! Random reads at depth (the aio-stress case of Bhattacharya's
+//! AIO readahead patch, docs/references.md): `read_many`
 //! plans and issues a whole batch before waiting for any of it, so 64
 //! requests of 64 KiB are in flight at once, each read whole in one I/O.
 //!

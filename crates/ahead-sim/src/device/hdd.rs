@@ -1,5 +1,6 @@
-//! The seeds' rotating disk: geometry, rotation from virtual time,
-//! zero-latency full-track reads into the drive's buffer, seeks by distance.
+//! The on-demand RFC's rotating disk (docs/references.md): geometry, rotation
+//! from virtual time, zero-latency full-track reads into the drive's buffer,
+//! seeks by distance.
 
 use super::*;
 
@@ -7,7 +8,7 @@ use super::*;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HddParams {
     /// Bytes per track. Calibrated so that streaming, one track per
-    /// revolution plus the head switch between tracks, runs at the seeds'
+    /// revolution plus the head switch between tracks, runs at the RFC's
     /// 62 MB/s: 566,000 B / (8.33 ms + 0.8 ms) = 62.0 MB/s.
     pub track_bytes: u64,
     /// Revolutions per minute (7200: 8.33 ms per revolution).

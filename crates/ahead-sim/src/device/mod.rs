@@ -7,10 +7,10 @@
 //!
 //! # The disk (`hdd`)
 //!
-//! The preset is the seeds' disk, a 160 GB 7200 rpm SATA drive with an 8 MB
-//! buffer (seed 000: "160G/8M Hitachi SATA II 7200 RPM"), whose sequential
-//! read rate the seeds measured at about 62 MB/s. What the model keeps of a
-//! real drive, because the seeds' numbers depend on it:
+//! The preset is the on-demand RFC's disk (docs/references.md), a 160 GB 7200
+//! rpm SATA drive with an 8 MB buffer (the RFC: "160G/8M Hitachi SATA II 7200
+//! RPM"), whose sequential read rate the RFC measured at about 62 MB/s. What
+//! the model keeps of a real drive, because the RFC's numbers depend on it:
 //!
 //! * **Geometry.** Tracks of [`HddParams::track_bytes`] passing under the
 //!   head once per revolution (8.33 ms at 7200 rpm), so the media rate is
@@ -27,7 +27,7 @@
 //!   moment it arrives, and keeps reading the track (and the next one, its
 //!   own read-ahead) while idle. A request completes when its last sector has
 //!   passed. This is why a drive reads backwards at close to its forward
-//!   speed (seed 000: reverse read 50 MB/s against 62 forward): by the time
+//!   speed (the RFC: reverse read 50 MB/s against 62 forward): by the time
 //!   the reader asks for the part of the track below, it is in the buffer.
 //! * **The buffer** holds [`HddParams::buffer_tracks`] recently read tracks
 //!   (8 MB), least recently used out.
@@ -35,7 +35,7 @@
 //!   are served in ascending order from the head's position, wrapping around
 //!   (C-LOOK).
 //!
-//! Calibrated once against the seeds' sequential figure (track size from the
+//! Calibrated once against the RFC's sequential figure (track size from the
 //! 62 MB/s media rate) and the Hitachi Deskstar 7K160's data sheet (seek
 //! times); never tuned per workload.
 //!
@@ -107,7 +107,7 @@ pub trait Device {
 /// The device models.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum DeviceKind {
-    /// The seeds' 7200 rpm SATA disk.
+    /// The on-demand RFC's 7200 rpm SATA disk.
     Hdd,
     /// A flash drive.
     Ssd,

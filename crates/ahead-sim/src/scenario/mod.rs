@@ -1,11 +1,12 @@
-//! The scenarios: the seeds' benchmarks, and the ones ahead is built for.
+//! The scenarios: the benchmarks of the on-demand RFC and Bhattacharya's AIO
+//! readahead patch (docs/references.md), and the ones ahead is built for.
 //!
 //! | scenario | what runs | defaults |
 //! |---|---|---|
-//! | `iozone` | iozone's read tests in iozone's order on one file, the cache carried over from test to test: `read`, `re-read`, `reverse`, `stride` (17 records), `random`, `mixed`, `pread` (seed 000: `iozone -c -t1 -s 4096m -r 64k`) | 4 GiB file, 64 KiB records, 2 GiB memory, 1 MiB max readahead |
-//! | `aio-random` | random reads at depth 64, each record once (seed 001: `aio-stress -o3`, 64 KiB, depth 64) | 1 GiB file, 64 KiB, 2 GiB memory, 128 KiB max |
+//! | `iozone` | iozone's read tests in iozone's order on one file, the cache carried over from test to test: `read`, `re-read`, `reverse`, `stride` (17 records), `random`, `mixed`, `pread` (the on-demand RFC: `iozone -c -t1 -s 4096m -r 64k`) | 4 GiB file, 64 KiB records, 2 GiB memory, 1 MiB max readahead |
+//! | `aio-random` | random reads at depth 64, each record once (Bhattacharya's AIO readahead patch: `aio-stress -o3`, 64 KiB, depth 64) | 1 GiB file, 64 KiB, 2 GiB memory, 128 KiB max |
 //! | `interleaved` | `single`: one sequential reader; `interleaved-8`: 8 sequential readers on 8 regions of one file, one handle | 1 GiB file, 64 KiB, 2 GiB memory, 4 MiB max |
-//! | `thrash` | a 100 KB/s reader started every second on its own file until 200 run (seed 000's thrashing test) | 200 × 32 MiB files, 4 KiB records, 128 MiB memory, 1 MiB max |
+//! | `thrash` | a 100 KB/s reader started every second on its own file until 200 run (the on-demand RFC's thrashing test) | 200 × 32 MiB files, 4 KiB records, 128 MiB memory, 1 MiB max |
 //! | `remote` | `ahead bench remote`'s patterns on one object (`seq`, `seq-64k`, `reverse`, `stride`, `random-4k`, `random-64k` at depth 64, `interleaved-8`), each on a fresh cache, GETs of at most 4 MiB; with `--device s3`, a prediction of that benchmark's `ahead` rows | 1 GiB object, 256 MiB memory, 64 MiB max readahead |
 //! | `replay FILE` | a trace, one read per line: `offset length [stream-id]`; each stream a reader | file sized to the trace, 2 GiB memory, 128 KiB max |
 //!
@@ -33,10 +34,10 @@ pub const PAGE: u64 = 4096;
 /// (`iozone -j`, default 17).
 pub const IOZONE_STRIDE: u64 = 17;
 
-/// The thrashing test's reader rate: 100 KB/s (seed 000), as 4 KiB reads
-/// every 40 ms.
+/// The thrashing test's reader rate: 100 KB/s (the on-demand RFC), as 4 KiB
+/// reads every 40 ms.
 pub const THRASH_INTERVAL: f64 = 0.04;
-/// Readers in the thrashing test, one started per second (seed 000).
+/// Readers in the thrashing test, one started per second (the on-demand RFC).
 pub const THRASH_STREAMS: usize = 200;
 /// How long the thrashing test runs: the last reader starts at 199 s and
 /// runs for 40 s more.

@@ -1,7 +1,8 @@
 //! The copy engine behind `ahead copy`: parallel, sparse-aware, safe against
 //! interruption, and by default neutral to the kernel's page cache.
 //!
-//! What "neutral" means (seed 003, libnbd's nbdcopy, taken further): after
+//! What "neutral" means (nbdcopy's page-cache patches,
+//! docs/references.md, taken further): after
 //! the copy, the source's pages that were cached before still are, no new
 //! source pages are, and the destination leaves nothing cached.
 //! * Reads use `RWF_DONTCACHE` (Linux 6.14; pages the read brings in leave

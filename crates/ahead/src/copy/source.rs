@@ -87,11 +87,11 @@ pub(super) struct SrcReader<'a> {
 impl<'a> SrcReader<'a> {
     pub(super) fn new(file: &'a File, path: &'a Path, opts: &CopyOptions) -> Self {
         if opts.cache == CacheMode::Neutral {
-            // Chunks are read whole, in one I/O each (seed 001's rule), so
-            // the kernel's readahead adds nothing — and what it would read
-            // past a chunk that another thread reads with O_DIRECT, or past
-            // the last chunk read, would stay cached. Off, for this
-            // descriptor only.
+            // Chunks are read whole, in one I/O each (Bhattacharya's AIO
+            // readahead patch's rule), so the kernel's readahead adds nothing —
+            // and what it would read past a chunk that another thread reads
+            // with O_DIRECT, or past the last chunk read, would stay cached.
+            // Off, for this descriptor only.
             let _ = sys::fadvise(file, 0, 0, rustix::fs::Advice::Random);
         }
         SrcReader {

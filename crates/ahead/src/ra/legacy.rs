@@ -1,6 +1,7 @@
 //! The current/ahead two-window readahead of Linux 2.6.0–2.6.22, the baseline
 //! that on-demand readahead replaced (modelled on `page_cache_readahead` in
-//! mm/readahead.c of 2.6.20, the kernel the seeds benchmark against).
+//! mm/readahead.c of 2.6.20, the kernel the on-demand RFC benchmarks against,
+//! docs/references.md).
 //!
 //! The algorithm inspects every read request (`do_generic_mapping_read`
 //! called it whenever the reader reached `next_index`):
@@ -16,14 +17,15 @@
 //! * **Thrashing**: when a page that readahead should have brought in is
 //!   missing (`handle_ra_miss`), the next window shrinks by two pages
 //!   (`RA_FLAG_MISS`: `max(cur - 2, min)`), down to the 16 KiB minimum — the
-//!   window is then "maximally shrunk" (seed 001). The missing pages are not
-//!   re-read by readahead: the window has moved on, and the reader reads them
-//!   one page at a time ([`DemandFill::PageAtATime`], 2.6.20's `readpage`).
+//!   window is then "maximally shrunk" (Bhattacharya's AIO readahead patch).
+//!   The missing pages are not re-read by readahead: the window has moved on,
+//!   and the reader reads them one page at a time ([`DemandFill::PageAtATime`],
+//!   2.6.20's `readpage`).
 //! * **Cache hits**: after 256 consecutive pages that readahead found already
 //!   cached (`VM_MAX_CACHE_HIT`), readahead is switched off for the file
 //!   (`RA_FLAG_INCACHE`) until the next miss.
 //!
-//! Simplifications, all of which the seeds' benchmarks do not exercise:
+//! Simplifications, all of which the RFC's benchmarks do not exercise:
 //! request-queue congestion (which made the ahead window non-blocking) is not
 //! modelled; both windows are plain reads of the missing pages. Windows carry
 //! no marker (the algorithm had none): the engine calls it on every request.

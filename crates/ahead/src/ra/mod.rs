@@ -7,8 +7,9 @@
 //! in large I/Os, so that the reader finds them already cached (or already on
 //! their way) instead of waiting for one small read after another.
 //!
-//! Following Fengguang Wu's on-demand readahead (seeds 000 and 002), a policy
-//! is consulted only at two moments, its *triggers*:
+//! Following Fengguang Wu's on-demand readahead (the RFC and the commit of
+//! docs/references.md), a policy is consulted only at two moments, its
+//! *triggers*:
 //!
 //! * [`Trigger::Miss`] — the reader needs a page that is not in the cache:
 //!   a synchronous readahead, since the reader will wait for it anyway;
@@ -29,7 +30,8 @@
 //!
 //! # Three policies
 //!
-//! * [`ondemand`] — the seeds' algorithm with the refinements mainline Linux
+//! * [`ondemand`] — the algorithm of the on-demand RFC and commit
+//!   (docs/references.md) with the refinements mainline Linux
 //!   has today (context readahead, oversize reads, the "merge the next
 //!   window" rule).
 //! * [`legacy`] — the two-window algorithm that on-demand replaced.
@@ -47,16 +49,18 @@
 //! Engines (the simulator, the Direct-mode file engine) never call the policy
 //! ad hoc: they call [`drive`] once per request, with their cache as a
 //! [`PageTable`]. `drive` walks the request's pages, calls the policy at the
-//! triggers, submits the windows, and reads whatever the request still needs
-//! in one demand I/O (seed 001: a request is always read whole). One code path
-//! means the simulator measures exactly what the engine runs.
+//! triggers, submits the windows, and reads whatever the request still needs in
+//! one demand I/O (Bhattacharya's AIO readahead patch: a request is always read
+//! whole). One code path means the simulator measures exactly what the engine
+//! runs.
 //!
 //! # Invariants (checked by property tests)
 //!
 //! * A window lies inside the file and is never empty.
 //! * A window never holds more pages than the maximum, except a window made
 //!   for a request larger than the maximum, which holds just that request
-//!   (seed 001: an oversize request is read whole, in one I/O).
+//!   (Bhattacharya's AIO readahead patch: an oversize request is
+//!   read whole, in one I/O).
 //! * The marker, if any, lies inside the window.
 //! * A purely random pattern never reads beyond the requested pages.
 //! * Policies do no I/O, read no clock and allocate nothing per decision.
@@ -360,7 +364,8 @@ pub enum Calls {
 /// How the pages a request still lacks after readahead are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DemandFill {
-    /// Each contiguous run of missing pages in one I/O (seed 001).
+    /// Each contiguous run of missing pages in one I/O (Bhattacharya's AIO
+    /// readahead patch).
     WholeRun,
     /// One page at a time, as 2.6.20's `do_generic_mapping_read` did through
     /// `readpage` for pages readahead did not bring in.
@@ -468,13 +473,13 @@ pub struct RaConfig {
     pub max_pages: u64,
     /// Streams tracked per file by the `ahead` policy.
     pub streams: usize,
-    /// Context readahead in the `ondemand` policy (on by default, as in
-    /// Linux since 2.6.31). Off, `ondemand` is the algorithm of the seeds'
-    /// benchmarks (Linux 2.6.21-rc7-mm1), which read a non-sequential miss
-    /// as is. The `ahead` policy falls back to the same rule where its own
-    /// are silent; engines that only send hints to a kernel that reads
-    /// ahead by itself (Buffered mode, `ahead run`) turn it off, as the
-    /// kernel under them applies it anyway, and a hint of it only costs.
+    /// Context readahead in the `ondemand` policy (on by default, as in Linux
+    /// since 2.6.31). Off, `ondemand` is the algorithm of the on-demand RFC's
+    /// benchmarks (Linux 2.6.21-rc7-mm1), which read a non-sequential miss as
+    /// is. The `ahead` policy falls back to the same rule where its own are
+    /// silent; engines that only send hints to a kernel that reads ahead by
+    /// itself (Buffered mode, `ahead run`) turn it off, as the kernel under
+    /// them applies it anyway, and a hint of it only costs.
     pub context_readahead: bool,
     /// A strided window whose gaps are at most this many pages is read
     /// whole, gaps included, by the engine (hints: one large read costs

@@ -1,11 +1,11 @@
-//! The kernel's on-demand readahead (seeds 000 and 002), as mainline Linux
-//! runs it today.
+//! The kernel's on-demand readahead (the on-demand RFC and commit,
+//! docs/references.md), as mainline Linux runs it today.
 //!
 //! One window per file: `start`, `size`, `async_size`, plus the end of the
 //! previous read. The policy is consulted on a miss (synchronous readahead,
 //! `page_cache_sync_ra`) and on a hit of the marker page (asynchronous
-//! readahead, `page_cache_async_ra`), and sorts each call into the seed's
-//! four cases:
+//! readahead, `page_cache_async_ra`), and sorts each call into the on-demand
+//! commit's four cases:
 //!
 //! * **sequential-next** — a marker hit at the expected place (`start + size -
 //!   async_size`): push the window forward (`start += size`) and ramp it up
@@ -32,7 +32,7 @@
 //!   descriptor, or a reader on another): start a window of `history +
 //!   request` pages (×2 history if the file is cached from its first page),
 //!   capped at max, with `async_size = 1`. [`RaConfig::context_readahead`]
-//!   turns it off, which gives the on-demand readahead the seeds measured
+//!   turns it off, which gives the on-demand readahead the RFC measured
 //!   (2.6.21-rc7-mm1): every non-sequential miss read as is.
 //! * **Oversize requests** are read whole: the maximum for that call is the
 //!   request itself (`ractl_max_pages`, where the device allows it).
@@ -115,7 +115,7 @@ impl OnDemand {
             return Some(self.readit(index, max));
         }
         if !self.context {
-            // random, as the seeds' kernel read every other miss.
+            // random, as the RFC's kernel read every other miss.
             return Some(Window::forward(index, req.count, 0));
         }
         // Context readahead: look for the trail a stream leaves behind.
@@ -242,7 +242,7 @@ mod tests {
         assert_eq!(sim.demand_ios(), 0);
     }
 
-    /// The seeds' setup: 64 KiB records, 1 MiB maximum (256 pages).
+    /// The on-demand RFC's setup: 64 KiB records, 1 MiB maximum (256 pages).
     #[test]
     fn golden_sequential_64k_records_max_1m() {
         let mut sim = Sim::new(PolicyKind::OnDemand, 256, 100_000);
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn without_context_readahead_a_miss_after_cached_pages_is_read_as_is() {
-        // The seeds' kernel (2.6.21): no context readahead.
+        // The on-demand RFC's kernel (2.6.21): no context readahead.
         let mut p = OnDemand::new(RaConfig {
             context_readahead: false,
             ..RaConfig::with_max_pages(32)

@@ -73,12 +73,13 @@ fn run(kind: PolicyKind, max: u64, ops: &[Op]) -> Sim {
 }
 
 fn run_with(kind: PolicyKind, max: u64, ops: &[Op], capacity: Option<u64>) -> Sim {
-    // `Sim` checks, at every decision, that the window is non-empty, holds
-    // at most max pages (or the request), keeps its marker inside, holds the
+    // `Sim` checks, at every decision, that the window is non-empty, holds at
+    // most max pages (or the request), keeps its marker inside, holds the
     // missing page on a miss; and at every submission, that the window is
-    // inside the file. Here, after every read: every page it asked for (up
-    // to the end of the file) is present — `ra::drive` read what the
-    // request needs, whatever the policy decided (seed 001's rule).
+    // inside the file. Here, after every read: every page it asked for (up to
+    // the end of the file) is present — `ra::drive` read what the request
+    // needs, whatever the policy decided (Bhattacharya's AIO readahead patch's
+    // rule).
     let mut sim = Sim::new(kind, max, FILE_PAGES);
     sim.cache.capacity = capacity;
     for op in ops {

@@ -164,8 +164,8 @@ pub fn check_window(w: &Window, req: Request, trigger: Trigger, max: u64) {
         assert!(w.contains(m), "marker {m} outside {w:?}");
     }
     if trigger == Trigger::Miss {
-        // Seed 001: a window made on a miss starts at or before the missing
-        // page and holds it.
+        // Bhattacharya's AIO readahead patch: a window made on a miss starts at
+        // or before the missing page and holds it.
         assert!(
             w.contains(req.index),
             "{w:?} lacks the missing page {}",

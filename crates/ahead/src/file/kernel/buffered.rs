@@ -10,12 +10,12 @@ use super::*;
 /// below [`PROBE_STOP_RATIO`].
 pub(in crate::file) const PROBE_WEIGHT: f64 = 1.0 / 8.0;
 
-/// Below this smoothed hit ratio a file's reads go straight to a blocking
-/// read: the probe would cost a system call and find nothing nine times in
-/// ten. The seed's authors kept "fast reads" only for files with a good hit
-/// ratio without giving a figure; 10% is where a probe (about 1 µs on a
-/// miss) stops paying for itself against a 100 µs device read saved once
-/// in ten.
+/// Below this smoothed hit ratio a file's reads go straight to a blocking read:
+/// the probe would cost a system call and find nothing nine times in ten. The
+/// non-blocking buffered reads series kept "fast reads" only for files with a
+/// good hit ratio without giving a figure; 10% is where a probe (about 1 µs on
+/// a miss) stops paying for itself against a 100 µs device read saved once in
+/// ten.
 pub(in crate::file) const PROBE_STOP_RATIO: f64 = 0.10;
 
 /// While a file is not probed, every this-many-th read probes anyway, so a

@@ -1,6 +1,7 @@
 //! The Buffered and Uncached modes: reads through the kernel's page cache.
 //!
-//! **Buffered** (seed 004): a read is first tried with
+//! **Buffered** (the non-blocking buffered reads series,
+//! docs/references.md): a read is first tried with
 //! `preadv2(RWF_NOWAIT)` on the caller's thread, which copies what the
 //! kernel has cached and never waits for the device; only the rest goes to
 //! a blocking read (the backend for the async API, the caller's own thread

@@ -35,7 +35,8 @@
 //!   sweep that finds columns read ahead for it evicted reads one fewer.
 //! * **Ramp-up** is the kernel's ([`init_window`], [`next_window`]), so a
 //!   plain sequential reader gets exactly the kernel's windows.
-//! * **Request-size awareness** (seed 001). A window made on a miss always
+//! * **Request-size awareness** (Bhattacharya's AIO readahead patch,
+//!   docs/references.md). A window made on a miss always
 //!   holds the whole request, so it is read in one I/O whatever the state.
 //! * **Thrash feedback.** A miss on a page whose shadow says it was read
 //!   ahead and evicted unused means the stream's lookahead outlived the
