@@ -173,100 +173,24 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
     }
     let pages = size.div_ceil(residency::page_size());
     let profile = crate::device::Profile::parse(&args.device)?;
-    // Every copy below is a child of this process, in its cgroup.
-    let throttle = match profile {
-        Some(p) => Some(
-            crate::device::throttle(p, &[src.as_path()])
-                .map_err(|e| Error::msg(format!("--device {}: {e}", p.name)))?,
-        ),
-        None => None,
+    let copy = CopyJob {
+        exe: &exe,
+        src: &src,
+        dst: &dst,
+        size,
+        reps,
     };
-    for rep in 0..reps {
-        let mut order = engines.clone();
-        order.rotate_left(rep % engines.len());
-        for engine in order {
-            let _ = fs::remove_file(&dst);
-            sync_all();
-            let f = fs::File::open(&src)?;
-            residency::evict(&f, 0, 0)?;
-            residency::warm(&f, 0, size / 2)?;
-            let before = cached(&src);
-            let took = sh(&mut engine_cmd(engine, &exe, &src, &dst))?;
-            let after = cached(&src);
-            let dst_after = cached(&dst);
-            let same = blake3(&dst)? == src_sum;
-            eprintln!(
-                "  rep {}/{reps} half-cached {engine:<8} {:>7.2} s  src {} -> {} pages, dst {} pages, checksum {}",
-                rep + 1,
-                took.as_secs_f64(),
-                opt(before),
-                opt(after),
-                opt(dst_after),
-                if same { "equal" } else { "DIFFERENT" }
-            );
-            rows.push(json!({
-                "scenario": "half-cached",
-                "device": profile.map(|p| p.name),
-                "engine": engine,
-                "rep": rep,
-                "bytes": size,
-                "elapsed_s": took.as_secs_f64(),
-                "mb_s": size as f64 / took.as_secs_f64() / 1e6,
-                "src_pages": pages,
-                "src_cached_pages_before": before,
-                "src_cached_pages_after": after,
-                "dst_cached_pages_after": dst_after,
-                "checksum_equal": same,
-            }));
-        }
-    }
-    let _ = fs::remove_file(&dst);
-    drop(throttle);
+    rows.extend(half_cached(&copy, &engines, profile, &src_sum)?);
 
     // 2. Sparse source: three data extents in a large hole.
-    {
-        let f = fs::File::create(&sparse)?;
-        f.set_len(sparse_size)?;
-        let mut buf = vec![0u8; extent as usize];
-        for at in [0, sparse_size / 2, sparse_size - extent] {
-            ahead::testdata::fill(&mut buf, at);
-            rustix::io::pwrite(&f, &buf, at)?;
-        }
-        f.sync_all()?;
-        residency::evict(&f, 0, 0)?;
-    }
-    let sparse_sum = blake3(&sparse)?;
-    let src_alloc = fs::metadata(&sparse)?.blocks() * 512;
-    for rep in 0..reps {
-        for engine in ["ahead", "cp+sync"] {
-            let _ = fs::remove_file(&sparse_dst);
-            sync_all();
-            residency::evict(&fs::File::open(&sparse)?, 0, 0)?;
-            let took = sh(&mut engine_cmd(engine, &exe, &sparse, &sparse_dst))?;
-            let alloc = fs::metadata(&sparse_dst)?.blocks() * 512;
-            let same = blake3(&sparse_dst)? == sparse_sum;
-            eprintln!(
-                "  rep {}/{reps} sparse {engine:<8} {:>7.2} s  allocated {} (source {}), checksum {}",
-                rep + 1,
-                took.as_secs_f64(),
-                format_size(alloc),
-                format_size(src_alloc),
-                if same { "equal" } else { "DIFFERENT" }
-            );
-            rows.push(json!({
-                "scenario": "sparse",
-                "engine": engine,
-                "rep": rep,
-                "bytes": sparse_size,
-                "elapsed_s": took.as_secs_f64(),
-                "src_allocated": src_alloc,
-                "dst_allocated": alloc,
-                "checksum_equal": same,
-            }));
-        }
-    }
-    let _ = fs::remove_file(&sparse_dst);
-    let _ = fs::remove_file(&sparse);
+    rows.extend(sparse_copies(
+        &exe,
+        &sparse,
+        &sparse_dst,
+        sparse_size,
+        extent,
+        reps,
+    )?);
 
     // 3. kill -9 in the middle, then --resume.
     // A small quick-mode copy could finish before it is killed: slow it.
@@ -296,34 +220,160 @@ pub fn run(args: CopyBenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// What every scenario's copies share: the binary, the source and the
+/// destination, the source's size, the repetitions.
+struct CopyJob<'a> {
+    exe: &'a Path,
+    src: &'a Path,
+    dst: &'a Path,
+    size: u64,
+    reps: usize,
+}
+
+/// The half-cached scenario: each engine copies a source whose first half
+/// is cached, on the capped device if `profile` says so; time, residency
+/// before and after, checksum. Its rows.
+fn half_cached(
+    copy: &CopyJob<'_>,
+    engines: &[&str],
+    profile: Option<crate::device::Profile>,
+    src_sum: &str,
+) -> Result<Vec<Value>> {
+    let CopyJob {
+        exe,
+        src,
+        dst,
+        size,
+        reps,
+    } = *copy;
+    let pages = size.div_ceil(residency::page_size());
+    let mut rows = Vec::new();
+    // Every copy below is a child of this process, in its cgroup.
+    let throttle = match profile {
+        Some(p) => Some(
+            crate::device::throttle(p, &[src])
+                .map_err(|e| Error::msg(format!("--device {}: {e}", p.name)))?,
+        ),
+        None => None,
+    };
+    for rep in 0..reps {
+        let mut order = engines.to_vec();
+        order.rotate_left(rep % engines.len());
+        for engine in order {
+            let _ = fs::remove_file(dst);
+            sync_all();
+            let f = fs::File::open(src)?;
+            residency::evict(&f, 0, 0)?;
+            residency::warm(&f, 0, size / 2)?;
+            let before = cached(src);
+            let took = sh(&mut engine_cmd(engine, exe, src, dst))?;
+            let after = cached(src);
+            let dst_after = cached(dst);
+            let same = blake3(dst)? == src_sum;
+            eprintln!(
+                "  rep {}/{reps} half-cached {engine:<8} {:>7.2} s  src {} -> {} pages, dst {} pages, checksum {}",
+                rep + 1,
+                took.as_secs_f64(),
+                opt(before),
+                opt(after),
+                opt(dst_after),
+                if same { "equal" } else { "DIFFERENT" }
+            );
+            rows.push(json!({
+                "scenario": "half-cached",
+                "device": profile.map(|p| p.name),
+                "engine": engine,
+                "rep": rep,
+                "bytes": size,
+                "elapsed_s": took.as_secs_f64(),
+                "mb_s": size as f64 / took.as_secs_f64() / 1e6,
+                "src_pages": pages,
+                "src_cached_pages_before": before,
+                "src_cached_pages_after": after,
+                "dst_cached_pages_after": dst_after,
+                "checksum_equal": same,
+            }));
+        }
+    }
+    let _ = fs::remove_file(dst);
+    drop(throttle);
+
+    Ok(rows)
+}
+
+/// The sparse scenario: three data extents of `extent` bytes in a hole of
+/// `sparse_size`; time, blocks allocated, checksum. Its rows.
+fn sparse_copies(
+    exe: &Path,
+    sparse: &Path,
+    sparse_dst: &Path,
+    sparse_size: u64,
+    extent: u64,
+    reps: usize,
+) -> Result<Vec<Value>> {
+    let mut rows = Vec::new();
+    {
+        let f = fs::File::create(sparse)?;
+        f.set_len(sparse_size)?;
+        let mut buf = vec![0u8; extent as usize];
+        for at in [0, sparse_size / 2, sparse_size - extent] {
+            ahead::testdata::fill(&mut buf, at);
+            rustix::io::pwrite(&f, &buf, at)?;
+        }
+        f.sync_all()?;
+        residency::evict(&f, 0, 0)?;
+    }
+    let sparse_sum = blake3(sparse)?;
+    let src_alloc = fs::metadata(sparse)?.blocks() * 512;
+    for rep in 0..reps {
+        for engine in ["ahead", "cp+sync"] {
+            let _ = fs::remove_file(sparse_dst);
+            sync_all();
+            residency::evict(&fs::File::open(sparse)?, 0, 0)?;
+            let took = sh(&mut engine_cmd(engine, exe, sparse, sparse_dst))?;
+            let alloc = fs::metadata(sparse_dst)?.blocks() * 512;
+            let same = blake3(sparse_dst)? == sparse_sum;
+            eprintln!(
+                "  rep {}/{reps} sparse {engine:<8} {:>7.2} s  allocated {} (source {}), checksum {}",
+                rep + 1,
+                took.as_secs_f64(),
+                format_size(alloc),
+                format_size(src_alloc),
+                if same { "equal" } else { "DIFFERENT" }
+            );
+            rows.push(json!({
+                "scenario": "sparse",
+                "engine": engine,
+                "rep": rep,
+                "bytes": sparse_size,
+                "elapsed_s": took.as_secs_f64(),
+                "src_allocated": src_alloc,
+                "dst_allocated": alloc,
+                "checksum_equal": same,
+            }));
+        }
+    }
+    let _ = fs::remove_file(sparse_dst);
+    let _ = fs::remove_file(sparse);
+
+    Ok(rows)
+}
+
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "unknown".into(), |v| v.to_string())
 }
 
-/// Starts a copy of the cold source, SIGKILLs it once a quarter is done,
-/// checks that no destination exists, resumes it, and checks the result.
-fn kill_and_resume(
+/// Starts a copy of `src` to `dst` in 1 MiB chunks and kills it (SIGKILL)
+/// once its journal shows a quarter of the `chunks` done: whether it was
+/// killed, and the chunks its journal had then.
+fn start_and_kill(
     exe: &Path,
     src: &Path,
     dst: &Path,
     state: &Path,
-    sum: &str,
-    size: u64,
+    chunks: u64,
     bwlimit: Option<&str>,
-) -> Result<Value> {
-    let _ = fs::remove_file(dst);
-    residency::evict(&fs::File::open(src)?, 0, 0)?;
-    let name = dst.file_name().expect("a file name").to_string_lossy();
-    let parent = dst.parent().expect("a directory");
-    // The copy's temporary file, `.NAME.ahead-TOKEN.part`.
-    let tmp_exists = || {
-        fs::read_dir(parent).is_ok_and(|rd| {
-            rd.filter_map(|e| e.ok()).any(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.starts_with(&format!(".{name}.ahead-")) && n.ends_with(".part")
-            })
-        })
-    };
+) -> Result<(bool, usize)> {
     // Its journal, in the private state directory the copies are given.
     let journal_lines = || {
         fs::read_dir(state.join("ahead/copy")).map_or(0, |rd| {
@@ -333,8 +383,6 @@ fn kill_and_resume(
                 .unwrap_or(0)
         })
     };
-    let chunk: u64 = 1 << 20;
-    let chunks = size.div_ceil(chunk);
     let mut first = Command::new(exe);
     first.env("XDG_STATE_HOME", state);
     first.args(["copy", "--progress", "none", "--chunk", "1m"]);
@@ -363,6 +411,36 @@ fn kill_and_resume(
             "the copy finished before it could be killed; use a larger --size",
         ));
     }
+    Ok((killed, done_lines))
+}
+
+/// Starts a copy of the cold source, SIGKILLs it once a quarter is done,
+/// checks that no destination exists, resumes it, and checks the result.
+fn kill_and_resume(
+    exe: &Path,
+    src: &Path,
+    dst: &Path,
+    state: &Path,
+    sum: &str,
+    size: u64,
+    bwlimit: Option<&str>,
+) -> Result<Value> {
+    let _ = fs::remove_file(dst);
+    residency::evict(&fs::File::open(src)?, 0, 0)?;
+    let name = dst.file_name().expect("a file name").to_string_lossy();
+    let parent = dst.parent().expect("a directory");
+    // The copy's temporary file, `.NAME.ahead-TOKEN.part`.
+    let tmp_exists = || {
+        fs::read_dir(parent).is_ok_and(|rd| {
+            rd.filter_map(|e| e.ok()).any(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with(&format!(".{name}.ahead-")) && n.ends_with(".part")
+            })
+        })
+    };
+    let chunk: u64 = 1 << 20;
+    let chunks = size.div_ceil(chunk);
+    let (killed, done_lines) = start_and_kill(exe, src, dst, state, chunks, bwlimit)?;
     let dst_after_kill = dst.exists();
     let tmp_after_kill = tmp_exists();
 

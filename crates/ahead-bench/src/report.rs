@@ -152,11 +152,19 @@ fn legend(names: &[String], out: &mut String) {
 /// value that was measured), or None for no values. The one median of
 /// every benchmark table.
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    percentile(&mut v, 0.5)
+}
+
+/// The `q` quantile (0 to 1) of `v`, which it sorts: the value of rank
+/// `(n - 1) q` rounded to the nearest (half up), so always a value that
+/// was measured; None for no values. The one percentile of every
+/// benchmark table (latencies' p50 and p99; [`median`] is its 0.5).
+pub fn percentile(v: &mut [f64], q: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    Some(v[v.len() / 2])
+    Some(v[((v.len() - 1) as f64 * q).round() as usize])
 }
 
 /// A grouped bar chart: one group per category, one bar per series.

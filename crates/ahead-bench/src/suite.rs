@@ -64,7 +64,6 @@ pub fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]
         zero_copy: false,
         mode,
     };
-    let has = |m: Mode| modes.contains(&m);
     // ahead's engines for the selected modes; Uncached only where a cold
     // read is measured (it is a cold-read mode).
     let aheads = |uncached: bool| -> Vec<Engine> {
@@ -148,10 +147,18 @@ pub fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]
             engines: kernels(),
         },
     ];
-    // Cached reads: a region larger than the CPU caches but well inside
-    // ahead's budget, read once to warm, then random 4 KiB and 16 KiB
-    // reads, every byte read by the caller.
+    v.extend(cached_cases(size, quick, ahead, modes));
+    v
+}
+
+/// The cached cases: a region larger than the CPU caches but well inside
+/// ahead's budget, read once to warm, then random 4 KiB and 16 KiB reads,
+/// every byte read by the caller; the kernel, ahead's modes (not
+/// Uncached) and Direct mode's zero-copy reads.
+fn cached_cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]) -> Vec<Case> {
+    let k = |q: u64, full: u64| if quick { q } else { full };
     let region = (ahead.cache_bytes / 2).min(size).min(128 << 20);
+    let mut v = Vec::new();
     for (name, bs) in [("cached-4k", 4096u64), ("cached-16k", 16 << 10)] {
         v.push(Case {
             name,
@@ -165,8 +172,17 @@ pub fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]
             },
             engines: {
                 let mut v = vec![Engine::Kernel];
-                v.extend(aheads(false));
-                if has(Mode::Direct) {
+                v.extend(
+                    modes
+                        .iter()
+                        .filter(|&&m| m != Mode::Uncached)
+                        .map(|&m| Engine::Ahead {
+                            config: ahead.clone(),
+                            zero_copy: false,
+                            mode: m,
+                        }),
+                );
+                if modes.contains(&Mode::Direct) {
                     v.push(Engine::Ahead {
                         config: ahead.clone(),
                         zero_copy: true,
@@ -180,7 +196,6 @@ pub fn cases(size: u64, quick: bool, ahead: &ahead::EngineConfig, modes: &[Mode]
     v
 }
 
-/// Runs `ahead bench`.
 /// Runs every case `reps` times over `path`, the engines' order rotated
 /// each repetition (so that none always runs first: the virtual disk here
 /// is faster on data the host read recently), and gathers the rows. Each

@@ -88,60 +88,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let config = args.engine.config()?;
     ahead::Engine::new(config.clone())?;
     let reps = args.reps.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
-    let (path, _work) = match &args.file {
-        Some(f) => (f.clone(), None),
-        None => {
-            let size = parse_size(&args.size).context("--size")?;
-            if size < (16 << 20) {
-                bail!("--size: at least 16 MiB, to leave the caches behind");
-            }
-            let dir = match &args.dir {
-                Some(d) => d.clone(),
-                None => ahead_bench::workdir::default_dir()?,
-            };
-            // In a new private directory (see `private_dir`), removed with
-            // everything in it when the bench ends, however it ends.
-            let work = ahead_bench::workdir::private_dir(&dir, "ahead-bench-")?;
-            let path = work.path().join("data");
-            eprintln!(
-                "generating {} test file {} ...",
-                format_size(size),
-                path.display()
-            );
-            ahead::testdata::write_file(&path, size)
-                .with_context(|| format!("write {}", path.display()))?;
-            (path, Some(work))
-        }
-    };
-    let size = std::fs::metadata(&path)
-        .with_context(|| format!("{}", path.display()))?
-        .len();
-    if size < (16 << 20) {
-        bail!("{}: at least 16 MiB needed", path.display());
-    }
-    // The device: capped by a cgroup where asked (or by default for
-    // --quick, where it can be), else as it is.
-    let asked = args.device.as_deref();
-    let profile = match asked {
-        Some(s) => ahead_bench::device::Profile::parse(s).map_err(anyhow::Error::msg)?,
-        None if args.quick => Some(ahead_bench::device::Profile::CLOUD),
-        None => None,
-    };
-    let _throttle = match profile {
-        Some(p) => match ahead_bench::device::throttle(p, &[path.as_path()]) {
-            Ok(t) => Some(t),
-            Err(e) if asked.is_some() => bail!("--device {}: {e}", p.name),
-            Err(e) => {
-                eprintln!(
-                    "ahead: warning: no steady device ({e}); measuring the disk as it is, \
-                     whose speed swings from run to run"
-                );
-                None
-            }
-        },
-        None => None,
-    };
-    let profile = _throttle.as_ref().map(|t| t.profile);
+    let (path, size, _work) = data_file(&args)?;
+    let throttle = steady_device(&args, &path)?;
+    let profile = throttle.as_ref().map(|t| t.profile);
     let started = Instant::now();
     let modes: Vec<Mode> = match args.mode.as_str() {
         "all" => vec![Mode::Direct, Mode::Buffered, Mode::Uncached],
@@ -172,19 +121,103 @@ pub fn run(args: BenchArgs) -> Result<()> {
         },
         started.elapsed().as_secs_f64()
     );
-    // Memory: what each ahead run added to the resident set at its peak
-    // (the kernel's peak is reset before the run and the resident set then
-    // is subtracted): the engine's cache, its threads and the run's buffers,
-    // without what earlier runs of the harness left in the heap. The
-    // process's own lifetime peak is printed beside it.
+    let mut memory = memory(&rows, config.cache_bytes);
+    memory["device"] = serde_json::json!(profile.map(|p| p.name));
+    memory["device_bps"] = serde_json::json!(profile.map(|p| p.bps));
+    memory["device_iops"] = serde_json::json!(profile.map(|p| p.iops));
+    let mut v: Vec<serde_json::Value> = rows.iter().map(suite::row_json).collect();
+    if args.quick {
+        v.extend(quick_extras(&args)?);
+    }
+    v.push(memory);
+    if let Some(j) = &args.json {
+        std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("write {}", j.display()))?;
+    }
+    if let Some(p) = &args.plot {
+        std::fs::write(p, suite::plot(&rows)).with_context(|| format!("write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The file to read: `--file`, or one generated in a new private
+/// directory (see `private_dir`), removed with everything in it when the
+/// bench ends, however it ends. Its path, its size and the directory.
+fn data_file(args: &BenchArgs) -> Result<(PathBuf, u64, Option<tempfile::TempDir>)> {
+    let (path, work) = match &args.file {
+        Some(f) => (f.clone(), None),
+        None => {
+            let size = parse_size(&args.size).context("--size")?;
+            if size < (16 << 20) {
+                bail!("--size: at least 16 MiB, to leave the caches behind");
+            }
+            let dir = match &args.dir {
+                Some(d) => d.clone(),
+                None => ahead_bench::workdir::default_dir()?,
+            };
+            let work = ahead_bench::workdir::private_dir(&dir, "ahead-bench-")?;
+            let path = work.path().join("data");
+            eprintln!(
+                "generating {} test file {} ...",
+                format_size(size),
+                path.display()
+            );
+            ahead::testdata::write_file(&path, size)
+                .with_context(|| format!("write {}", path.display()))?;
+            (path, Some(work))
+        }
+    };
+    let size = std::fs::metadata(&path)
+        .with_context(|| format!("{}", path.display()))?
+        .len();
+    if size < (16 << 20) {
+        bail!("{}: at least 16 MiB needed", path.display());
+    }
+    Ok((path, size, work))
+}
+
+/// The device: capped by a cgroup where asked (or by default for --quick,
+/// where it can be), else as it is (None).
+fn steady_device(
+    args: &BenchArgs,
+    path: &std::path::Path,
+) -> Result<Option<ahead_bench::device::Throttle>> {
+    let asked = args.device.as_deref();
+    let profile = match asked {
+        Some(s) => ahead_bench::device::Profile::parse(s).map_err(anyhow::Error::msg)?,
+        None if args.quick => Some(ahead_bench::device::Profile::CLOUD),
+        None => None,
+    };
+    let Some(p) = profile else {
+        return Ok(None);
+    };
+    match ahead_bench::device::throttle(p, &[path]) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if asked.is_some() => bail!("--device {}: {e}", p.name),
+        Err(e) => {
+            eprintln!(
+                "ahead: warning: no steady device ({e}); measuring the disk as it is, \
+                 whose speed swings from run to run"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Prints what each ahead run added to the resident set at its peak (the
+/// kernel's peak is reset before the run and the resident set then is
+/// subtracted): the engine's cache, its threads and the run's buffers,
+/// without what earlier runs of the harness left in the heap; the
+/// process's own lifetime peak beside it. Returns the JSON row.
+fn memory(rows: &[suite::Row], cache_bytes: u64) -> serde_json::Value {
     let per_run = rows.iter().filter_map(|r| r.peak_rss).max();
     let process = suite::peak_rss();
-    let allowance = config.cache_bytes + (64 << 20);
+    let allowance = cache_bytes + (64 << 20);
     match per_run {
         Some(p) => outln!(
             "peak RSS of an ahead run {} (cache budget {} + 64 MiB = {}): {}; whole benchmark process {}",
             format_size(p),
-            format_size(config.cache_bytes),
+            format_size(cache_bytes),
             format_size(allowance),
             if p <= allowance { "within" } else { "OVER" },
             process.map_or("unknown".into(), format_size)
@@ -194,54 +227,38 @@ pub fn run(args: BenchArgs) -> Result<()> {
             process.map_or("unknown".into(), format_size)
         ),
     }
-    let peak = per_run;
-    // The mixed-latency loop, short, in the quick run.
-    let mix_rows = if args.quick {
-        outln!();
-        let mut m = ahead_bench::mix_suite::MixArgs::quick();
-        m.dir = args.dir.clone();
-        ahead_bench::mix_suite::measure(&m)?
-    } else {
-        Vec::new()
-    };
-    // Objects in a store, short, in the quick run: the embedded server
-    // behind the s3 network profile.
-    let remote_rows = if args.quick {
-        use ahead_bench::remote_suite::{self as remote, RemoteConfig};
-        use ahead_bench::shaper::NetProfile;
-        outln!();
-        let cfg = RemoteConfig::short(NetProfile::S3);
-        let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-        let work = ahead_bench::workdir::private_dir(&parent, "ahead-bench-remote-")?;
-        let rows = remote::run(&cfg, work.path())?;
-        out!("{}", remote::table(&rows, &cfg));
-        rows
-    } else {
-        Vec::new()
-    };
-    if let Some(j) = &args.json {
-        let mut v: Vec<serde_json::Value> = rows.iter().map(suite::row_json).collect();
-        v.extend(mix_rows.iter().map(ahead_bench::mix_suite::MixRow::json));
-        v.extend(remote_rows.iter().map(|r| {
-            let mut j = r.json();
-            j["remote"] = serde_json::json!(true);
-            j
-        }));
-        v.push(serde_json::json!({
-            "pattern": "peak-rss",
-            "engine": "ahead",
-            "peak_rss_bytes": peak,
-            "process_peak_rss_bytes": process,
-            "cache_bytes": config.cache_bytes,
-            "device": profile.map(|p| p.name),
-            "device_bps": profile.map(|p| p.bps),
-            "device_iops": profile.map(|p| p.iops),
-        }));
-        std::fs::write(j, serde_json::to_string_pretty(&v)? + "\n")
-            .with_context(|| format!("write {}", j.display()))?;
-    }
-    if let Some(p) = &args.plot {
-        std::fs::write(p, suite::plot(&rows)).with_context(|| format!("write {}", p.display()))?;
-    }
-    Ok(())
+    serde_json::json!({
+        "pattern": "peak-rss",
+        "engine": "ahead",
+        "peak_rss_bytes": per_run,
+        "process_peak_rss_bytes": process,
+        "cache_bytes": cache_bytes,
+    })
+}
+
+/// The quick run's short extras, printed, and their JSON rows: the
+/// mixed-latency loop, and objects on the embedded server behind the s3
+/// network profile.
+fn quick_extras(args: &BenchArgs) -> Result<Vec<serde_json::Value>> {
+    use ahead_bench::remote_suite::{self as remote, RemoteConfig};
+    use ahead_bench::shaper::NetProfile;
+    outln!();
+    let mut m = ahead_bench::mix_suite::MixArgs::quick();
+    m.dir = args.dir.clone();
+    let mut v: Vec<serde_json::Value> = ahead_bench::mix_suite::measure(&m)?
+        .iter()
+        .map(ahead_bench::mix_suite::MixRow::json)
+        .collect();
+    outln!();
+    let cfg = RemoteConfig::short(NetProfile::S3);
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work = ahead_bench::workdir::private_dir(&parent, "ahead-bench-remote-")?;
+    let rows = remote::run(&cfg, work.path())?;
+    out!("{}", remote::table(&rows, &cfg));
+    v.extend(rows.iter().map(|r| {
+        let mut j = r.json();
+        j["remote"] = serde_json::json!(true);
+        j
+    }));
+    Ok(v)
 }

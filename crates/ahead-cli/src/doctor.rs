@@ -67,6 +67,23 @@ fn remote(url: &str, as_json: bool) -> Result<()> {
     Ok(())
 }
 
+/// What `ahead doctor` found about a local path.
+struct Probes {
+    path: PathBuf,
+    kernel: String,
+    uring: Found,
+    ops: Vec<(&'static str, bool)>,
+    nowait: &'static Found,
+    nowait_here: Found,
+    dontcache: Found,
+    direct: Found,
+    align: Option<(u32, u32)>,
+    cachestat: Found,
+    fs: String,
+    device: Option<features::Device>,
+    limits: Vec<String>,
+}
+
 /// Runs `ahead doctor`.
 pub fn run(args: DoctorArgs) -> Result<()> {
     if let Some(url) = args
@@ -77,7 +94,17 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     {
         return remote(url, args.json);
     }
-    let path = args.path.unwrap_or_else(|| PathBuf::from("."));
+    let p = probe(args.path.unwrap_or_else(|| PathBuf::from(".")))?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&json_of(&p))?);
+    } else {
+        out!("{}", text_of(&p));
+    }
+    Ok(())
+}
+
+/// Every probe, on `path`'s file system.
+fn probe(path: PathBuf) -> Result<Probes> {
     let meta = std::fs::metadata(&path).with_context(|| format!("{}", path.display()))?;
     // Probes that need a regular file use PATH if it is one, else an
     // unnamed temporary file in PATH (O_TMPFILE: nothing is left behind).
@@ -107,68 +134,77 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         available: false,
         why: probe_note.clone().unwrap_or_default(),
     };
-    let kernel = features::kernel_release().unwrap_or_else(|| "unknown".into());
     let (uring, ops) = features::io_uring();
-    let nowait = features::nowait();
-    let nowait_here = file.as_ref().map_or_else(not_probed, features::nowait_on);
-    let dontcache = file.as_ref().map_or_else(not_probed, features::dontcache);
     let (direct, align) = file
         .as_ref()
         .map_or_else(|| (not_probed(), None), features::direct_io);
-    let cachestat = file.as_ref().map_or_else(not_probed, features::cachestat);
-    let fs = features::filesystem(dir.as_fd());
-    let device = features::device_of(meta.dev());
-    let limits = features::cgroup_io_limits();
+    Ok(Probes {
+        kernel: features::kernel_release().unwrap_or_else(|| "unknown".into()),
+        uring,
+        ops,
+        nowait: features::nowait(),
+        nowait_here: file.as_ref().map_or_else(not_probed, features::nowait_on),
+        dontcache: file.as_ref().map_or_else(not_probed, features::dontcache),
+        direct,
+        align,
+        cachestat: file.as_ref().map_or_else(not_probed, features::cachestat),
+        fs: features::filesystem(dir.as_fd()),
+        device: features::device_of(meta.dev()),
+        limits: features::cgroup_io_limits(),
+        path,
+    })
+}
 
-    if args.json {
-        let v = json!({
-            "path": path.display().to_string(),
-            "kernel": kernel,
-            "io_uring": {
-                "available": uring.available,
-                "why": uring.why,
-                "ops": ops.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
-            },
-            "rwf_nowait": found(nowait),
-            "rwf_nowait_here": found(&nowait_here),
-            "rwf_dontcache": found(&dontcache),
-            "o_direct": {
-                "available": direct.available,
-                "why": direct.why,
-                "memory_alignment": align.map(|a| a.0),
-                "offset_alignment": align.map(|a| a.1),
-            },
-            "cachestat": found(&cachestat),
-            "filesystem": fs,
-            "device": device.as_ref().map(|d| json!({
-                "name": d.name,
-                "read_ahead_kb": d.read_ahead_kb,
-                "max_sectors_kb": d.max_sectors_kb,
-                "scheduler": d.scheduler,
-                "rotational": d.rotational,
-            })),
-            "cgroup_io_limits": limits,
-        });
-        outln!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
-    }
+/// `ahead doctor --json`'s object.
+fn json_of(p: &Probes) -> Value {
+    json!({
+        "path": p.path.display().to_string(),
+        "kernel": p.kernel,
+        "io_uring": {
+            "available": p.uring.available,
+            "why": p.uring.why,
+            "ops": p.ops.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        },
+        "rwf_nowait": found(p.nowait),
+        "rwf_nowait_here": found(&p.nowait_here),
+        "rwf_dontcache": found(&p.dontcache),
+        "o_direct": {
+            "available": p.direct.available,
+            "why": p.direct.why,
+            "memory_alignment": p.align.map(|a| a.0),
+            "offset_alignment": p.align.map(|a| a.1),
+        },
+        "cachestat": found(&p.cachestat),
+        "filesystem": p.fs,
+        "device": p.device.as_ref().map(|d| json!({
+            "name": d.name,
+            "read_ahead_kb": d.read_ahead_kb,
+            "max_sectors_kb": d.max_sectors_kb,
+            "scheduler": d.scheduler,
+            "rotational": d.rotational,
+        })),
+        "cgroup_io_limits": p.limits,
+    })
+}
 
+/// `ahead doctor`'s text: each finding, and what ahead does about it.
+fn text_of(p: &Probes) -> String {
     let yes = |f: &Found| if f.available { "yes" } else { "no" };
     let mut out = String::new();
     let mut line = |what: &str, value: String, action: &str| {
         out += &format!("{what:<16} {value}\n{:<16} → {action}\n", "");
     };
-    line("kernel", kernel, "features are probed at run time; nothing is assumed from the version except RWF_NOWAIT (below 5.11: off)");
-    let supported: Vec<&str> = ops.iter().filter(|o| o.1).map(|o| o.0).collect();
+    line("kernel", p.kernel.clone(), "features are probed at run time; nothing is assumed from the version except RWF_NOWAIT (below 5.11: off)");
+    let supported: Vec<&str> = p.ops.iter().filter(|o| o.1).map(|o| o.0).collect();
     line(
         "io_uring",
         format!(
             "{} ({}); ops: {}",
-            yes(&uring),
-            uring.why,
+            yes(&p.uring),
+            p.uring.why,
             supported.join(", ")
         ),
-        if uring.available {
+        if p.uring.available {
             "Direct mode's reads and Buffered misses go to an io_uring backend (--backend uring|pool|auto)"
         } else {
             "the thread-pool backend (preadv) is used instead"
@@ -178,12 +214,12 @@ pub fn run(args: DoctorArgs) -> Result<()> {
         "RWF_NOWAIT",
         format!(
             "{} ({}); here: {} ({})",
-            yes(nowait),
-            nowait.why,
-            yes(&nowait_here),
-            nowait_here.why
+            yes(p.nowait),
+            p.nowait.why,
+            yes(&p.nowait_here),
+            p.nowait_here.why
         ),
-        if nowait_here.available {
+        if p.nowait_here.available {
             "Buffered mode serves cached reads inline without blocking"
         } else {
             "Buffered mode sends every read to a blocking read (no fast path)"
@@ -191,8 +227,8 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     );
     line(
         "RWF_DONTCACHE",
-        format!("{} ({})", yes(&dontcache), dontcache.why),
-        if dontcache.available {
+        format!("{} ({})", yes(&p.dontcache), p.dontcache.why),
+        if p.dontcache.available {
             "Uncached mode and copy read with it: pages they bring in leave with them"
         } else {
             "Uncached mode and copy use mincore before and DONTNEED after, of only the pages they brought in"
@@ -200,15 +236,15 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     );
     line(
         "O_DIRECT",
-        match align {
+        match p.align {
             Some((m, o)) => format!(
                 "{} ({}); alignment: memory {m}, offset {o}",
-                yes(&direct),
-                direct.why
+                yes(&p.direct),
+                p.direct.why
             ),
-            None => format!("{} ({})", yes(&direct), direct.why),
+            None => format!("{} ({})", yes(&p.direct), p.direct.why),
         },
-        if direct.available {
+        if p.direct.available {
             "Direct mode reads past the kernel's cache into ahead's own"
         } else {
             "Direct mode falls back to buffered descriptors (with a warning); Buffered and Uncached work"
@@ -216,15 +252,15 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     );
     line(
         "cachestat",
-        format!("{} ({})", yes(&cachestat), cachestat.why),
-        if cachestat.available {
+        format!("{} ({})", yes(&p.cachestat), p.cachestat.why),
+        if p.cachestat.available {
             "stat/evict/warm and copy count cached pages with it"
         } else {
             "mincore is used instead (and refused where it would lie: files you neither own nor may write)"
         },
     );
-    line("file system", fs, "");
-    match &device {
+    line("file system", p.fs.clone(), "");
+    match &p.device {
         Some(d) => line(
             "device",
             format!(
@@ -241,17 +277,16 @@ pub fn run(args: DoctorArgs) -> Result<()> {
     }
     line(
         "cgroup I/O limit",
-        if limits.is_empty() {
+        if p.limits.is_empty() {
             "none".into()
         } else {
-            limits.join("; ")
+            p.limits.join("; ")
         },
-        if limits.is_empty() {
+        if p.limits.is_empty() {
             "nothing limits this process's I/O"
         } else {
             "every figure measured here is capped by these limits"
         },
     );
-    out!("{}", out.replace("\n                 → \n", "\n"));
-    Ok(())
+    out.replace("\n                 → \n", "\n")
 }

@@ -391,16 +391,14 @@ fn run_engine(
     ))
 }
 
+/// The report's percentile, 0 for no values (a pattern without latencies).
 fn percentile(v: &mut [f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[((v.len() - 1) as f64 * q).round() as usize]
+    crate::report::percentile(v, q).unwrap_or(0.0)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    percentile(&mut v, 0.5)
+/// The report's median, 0 for no values.
+fn median(v: Vec<f64>) -> f64 {
+    crate::report::median(v).unwrap_or(0.0)
 }
 
 /// How a run reaches the bucket: the endpoint (the shaper's), the bucket
@@ -428,10 +426,55 @@ impl Connect {
 /// `dir`) or the endpoint `cfg` names, behind the shaper, printing
 /// progress on stderr; the rows.
 pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> {
-    let embedded;
-    let (upstream, mut direct) = match &cfg.endpoint {
+    // The embedded server, if that is where the objects are, lives as long
+    // as the run.
+    let (_embedded, upstream, mut direct) = connect(cfg, dir)?;
+    let paths = put_objects(cfg, &direct)?;
+    let shaper = Shaper::start(upstream, cfg.profile)?;
+    direct.endpoint = shaper.endpoint();
+    let objs = Objects {
+        store: direct.store()?,
+        connect: direct,
+        paths,
+        bytes_down: shaper.bytes_down(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+    for pattern in &cfg.patterns {
+        let oracle = oracle(pattern, cfg);
+        rows.extend(measure_pattern(pattern, oracle, cfg, &objs, &rt, dir)?);
+        rows.push(RemoteRow {
+            engine: "oracle".into(),
+            pattern: pattern.clone(),
+            mb_s: oracle,
+            oracle_ratio: 1.0,
+            fetched_ratio: 1.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            peak_rss_mib: 0.0,
+            cpu_s: 0.0,
+        });
+    }
+    Ok(rows)
+}
+
+/// Where the objects are: the embedded server, started with its objects
+/// under `dir` (returned, to keep it running), or the endpoint `cfg`
+/// names; its address (for the shaper to forward to) and how to reach it.
+fn connect(
+    cfg: &RemoteConfig,
+    dir: &std::path::Path,
+) -> Result<(
+    Option<ahead::testdata::s3::Server>,
+    std::net::SocketAddr,
+    Connect,
+)> {
+    match &cfg.endpoint {
         None => {
-            embedded = ahead::testdata::s3::Server::start(dir, &["bench"])?;
+            let embedded = ahead::testdata::s3::Server::start(dir, &["bench"])?;
             let c = Connect {
                 endpoint: embedded.endpoint(),
                 bucket: "bench".into(),
@@ -439,7 +482,8 @@ pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> 
                 secret: ahead::testdata::s3::SECRET_KEY.into(),
             };
             eprintln!("embedded S3 server at {}", c.endpoint);
-            (embedded.addr(), c)
+            let addr = embedded.addr();
+            Ok((Some(embedded), addr, c))
         }
         Some((url, bucket)) => {
             let var = |k: &str| {
@@ -465,9 +509,14 @@ pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> 
                 secret,
             };
             eprintln!("S3 endpoint {url}, bucket {bucket}");
-            (addr, c)
+            Ok((None, addr, c))
         }
-    };
+    }
+}
+
+/// Puts the benchmark's objects (the big one, and the many small ones if
+/// a pattern reads them) straight to the store: their paths.
+fn put_objects(cfg: &RemoteConfig, direct: &Connect) -> Result<Vec<ObjectPath>> {
     eprintln!(
         "generating objects ({} and {} × {}) ...",
         ahead::units::format_size(cfg.object_size),
@@ -496,76 +545,62 @@ pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> 
             paths.push(ObjectPath::from(key));
         }
     }
-    let shaper = Shaper::start(upstream, cfg.profile)?;
-    direct.endpoint = shaper.endpoint();
-    let objs = Objects {
-        store: direct.store()?,
-        connect: direct,
-        paths,
-        bytes_down: shaper.bytes_down(),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    Ok(paths)
+}
+
+/// Every engine's repetitions of one pattern: one row each, the medians.
+fn measure_pattern(
+    pattern: &str,
+    oracle: f64,
+    cfg: &RemoteConfig,
+    objs: &Objects,
+    rt: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+) -> Result<Vec<RemoteRow>> {
+    let plan = plan(pattern, cfg)?;
     let mut rows = Vec::new();
-    for pattern in &cfg.patterns {
-        let plan = plan(pattern, cfg)?;
-        let oracle = oracle(pattern, cfg);
-        for engine in ENGINES {
-            let mut reps = Vec::new();
-            for rep in 0..cfg.reps {
-                rss_peak_reset();
-                let cpu0 = crate::workload::process_cpu_s().unwrap_or(0.0);
-                let down0 = objs.bytes_down.load(Ordering::Relaxed);
-                let (bytes, secs, mut lat) = if pattern == "copy" {
-                    let (bytes, secs) = copy::copy_engine(engine, &objs, cfg, &rt, dir)?;
-                    (bytes, secs, Vec::new())
-                } else {
-                    run_engine(engine, &objs, &plan, cfg, &rt)?
-                };
-                let down = objs.bytes_down.load(Ordering::Relaxed) - down0;
-                let mb_s = bytes as f64 / secs / 1e6;
-                eprintln!(
-                    "  rep {}/{} {pattern:<14} {engine:<24} {mb_s:8.1} MB/s",
-                    rep + 1,
-                    cfg.reps
-                );
-                reps.push(RemoteRow {
-                    engine: engine.into(),
-                    pattern: pattern.clone(),
-                    mb_s,
-                    oracle_ratio: mb_s / oracle,
-                    fetched_ratio: down as f64 / bytes.max(1) as f64,
-                    p50_us: percentile(&mut lat, 0.5),
-                    p99_us: percentile(&mut lat, 0.99),
-                    peak_rss_mib: rss_peak_mib(),
-                    cpu_s: crate::workload::process_cpu_s().unwrap_or(0.0) - cpu0,
-                });
-            }
-            let m = |f: fn(&RemoteRow) -> f64| median(reps.iter().map(f).collect());
-            rows.push(RemoteRow {
+    for engine in ENGINES {
+        let mut reps = Vec::new();
+        for rep in 0..cfg.reps {
+            rss_peak_reset();
+            let cpu0 = crate::workload::process_cpu_s().unwrap_or(0.0);
+            let down0 = objs.bytes_down.load(Ordering::Relaxed);
+            let (bytes, secs, mut lat) = if pattern == "copy" {
+                let (bytes, secs) = copy::copy_engine(engine, objs, cfg, rt, dir)?;
+                (bytes, secs, Vec::new())
+            } else {
+                run_engine(engine, objs, &plan, cfg, rt)?
+            };
+            let down = objs.bytes_down.load(Ordering::Relaxed) - down0;
+            let mb_s = bytes as f64 / secs / 1e6;
+            eprintln!(
+                "  rep {}/{} {pattern:<14} {engine:<24} {mb_s:8.1} MB/s",
+                rep + 1,
+                cfg.reps
+            );
+            reps.push(RemoteRow {
                 engine: engine.into(),
-                pattern: pattern.clone(),
-                mb_s: m(|r| r.mb_s),
-                oracle_ratio: m(|r| r.oracle_ratio),
-                fetched_ratio: m(|r| r.fetched_ratio),
-                p50_us: m(|r| r.p50_us),
-                p99_us: m(|r| r.p99_us),
-                peak_rss_mib: m(|r| r.peak_rss_mib),
-                cpu_s: m(|r| r.cpu_s),
+                pattern: pattern.to_owned(),
+                mb_s,
+                oracle_ratio: mb_s / oracle,
+                fetched_ratio: down as f64 / bytes.max(1) as f64,
+                p50_us: percentile(&mut lat, 0.5),
+                p99_us: percentile(&mut lat, 0.99),
+                peak_rss_mib: rss_peak_mib(),
+                cpu_s: crate::workload::process_cpu_s().unwrap_or(0.0) - cpu0,
             });
         }
+        let m = |f: fn(&RemoteRow) -> f64| median(reps.iter().map(f).collect());
         rows.push(RemoteRow {
-            engine: "oracle".into(),
-            pattern: pattern.clone(),
-            mb_s: oracle,
-            oracle_ratio: 1.0,
-            fetched_ratio: 1.0,
-            p50_us: 0.0,
-            p99_us: 0.0,
-            peak_rss_mib: 0.0,
-            cpu_s: 0.0,
+            engine: engine.into(),
+            pattern: pattern.to_owned(),
+            mb_s: m(|r| r.mb_s),
+            oracle_ratio: m(|r| r.oracle_ratio),
+            fetched_ratio: m(|r| r.fetched_ratio),
+            p50_us: m(|r| r.p50_us),
+            p99_us: m(|r| r.p99_us),
+            peak_rss_mib: m(|r| r.peak_rss_mib),
+            cpu_s: m(|r| r.cpu_s),
         });
     }
     Ok(rows)

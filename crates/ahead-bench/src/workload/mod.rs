@@ -492,12 +492,8 @@ fn timed(bytes: u64, seconds: f64, cpu_s: Option<f64>, lat: &mut [f64]) -> Measu
 }
 
 fn percentiles(lat: &mut [f64]) -> (Option<f64>, Option<f64>) {
-    if lat.is_empty() {
-        return (None, None);
-    }
-    lat.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
-    (Some(at(0.5)), Some(at(0.99)))
+    use crate::report::percentile;
+    (percentile(lat, 0.5), percentile(lat, 0.99))
 }
 
 /// Serves each offset with `read` (which returns the bytes it got),

@@ -485,6 +485,69 @@ fn still(fd: c_int, gen: u32) -> bool {
 }
 
 impl State {
+    /// Starts the record of the file `ev` is the first event of: its name
+    /// (sent by the core, else read from /proc while the descriptor still
+    /// means it), its number, its hinter (readahead mode) and its trace
+    /// header (trace mode).
+    fn track(&mut self, ev: &Event, page: u64) {
+        let size = ev.size;
+        let path = match self.names.remove(&(ev.fd, ev.gen)) {
+            Some(n) => {
+                let mut p = String::from_utf8_lossy(&n.bytes[..n.len as usize]).into_owned();
+                if n.len as usize == NAME_MAX {
+                    p.push('…');
+                }
+                p
+            }
+            None => {
+                let p = fd_path(ev.fd);
+                if still(ev.fd, ev.gen) {
+                    p
+                } else {
+                    format!("(descriptor {} closed before it was named)", ev.fd)
+                }
+            }
+        };
+        // Names of descriptors that never had an event go too.
+        if self.names.len() > NAMES {
+            self.names.clear();
+        }
+        self.files += 1;
+        let hinter = (mode() == Mode::Readahead).then(|| {
+            Hinter::new(
+                new_policy(PolicyKind::Ahead, hints::config(MAX_WINDOW, page)),
+                size,
+                page,
+            )
+        });
+        if mode() == Mode::Trace {
+            let _ = writeln!(
+                self.trace,
+                "# file {}:{} {} {}",
+                std::process::id(),
+                self.files,
+                size,
+                path
+            );
+        }
+        self.open.insert(
+            ev.fd,
+            Open {
+                gen: ev.gen,
+                id: self.files,
+                size,
+                last_end: 0,
+                stats: FileStats {
+                    path,
+                    policy: if hinter.is_some() { "ahead" } else { "" },
+                    ..FileStats::default()
+                },
+                hinter,
+                hinted: std::collections::HashSet::new(),
+            },
+        );
+    }
+
     fn handle(&mut self, ev: Event, page: u64, runs: &mut Vec<(u64, u64)>) {
         let stale = self.open.get(&ev.fd).is_some_and(|o| o.gen != ev.gen);
         if stale {
@@ -493,62 +556,7 @@ impl State {
             }
         }
         if !self.open.contains_key(&ev.fd) {
-            let size = ev.size;
-            let path = match self.names.remove(&(ev.fd, ev.gen)) {
-                Some(n) => {
-                    let mut p = String::from_utf8_lossy(&n.bytes[..n.len as usize]).into_owned();
-                    if n.len as usize == NAME_MAX {
-                        p.push('…');
-                    }
-                    p
-                }
-                None => {
-                    let p = fd_path(ev.fd);
-                    if still(ev.fd, ev.gen) {
-                        p
-                    } else {
-                        format!("(descriptor {} closed before it was named)", ev.fd)
-                    }
-                }
-            };
-            // Names of descriptors that never had an event go too.
-            if self.names.len() > NAMES {
-                self.names.clear();
-            }
-            self.files += 1;
-            let hinter = (mode() == Mode::Readahead).then(|| {
-                Hinter::new(
-                    new_policy(PolicyKind::Ahead, hints::config(MAX_WINDOW, page)),
-                    size,
-                    page,
-                )
-            });
-            if mode() == Mode::Trace {
-                let _ = writeln!(
-                    self.trace,
-                    "# file {}:{} {} {}",
-                    std::process::id(),
-                    self.files,
-                    size,
-                    path
-                );
-            }
-            self.open.insert(
-                ev.fd,
-                Open {
-                    gen: ev.gen,
-                    id: self.files,
-                    size,
-                    last_end: 0,
-                    stats: FileStats {
-                        path,
-                        policy: if hinter.is_some() { "ahead" } else { "" },
-                        ..FileStats::default()
-                    },
-                    hinter,
-                    hinted: std::collections::HashSet::new(),
-                },
-            );
+            self.track(&ev, page);
         }
         let Some(o) = self.open.get_mut(&ev.fd) else {
             return;
