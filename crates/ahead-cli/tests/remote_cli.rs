@@ -1,12 +1,13 @@
 //! `ahead` on objects in an S3-compatible store: the embedded server
-//! (`ahead::testdata::s3`), its endpoint and credentials handed to the
+//! (`ahead_testkit::s3`), its endpoint and credentials handed to the
 //! binary in the standard `AWS_*` environment.
 
 mod common;
 
 use std::process::Command;
 
-use ahead::testdata::{self, s3::Server};
+use ahead::testdata;
+use ahead_testkit::s3::Server;
 use common::{scratch, stderr};
 
 fn ahead_with(server: &Server, args: &[&str]) -> std::process::Output {

@@ -50,10 +50,12 @@
 //! * [`walk`] — directory trees walked through descriptors, never through
 //!   a link (what `copy_tree` and the CLI's `-R` use).
 //!
-//! With the `testing` feature (for the workspace's tests, benchmarks and
-//! examples, not part of the API): `testdata` (generated file contents in
-//! which every byte is checkable) and `io::fault` (a backend that injects
-//! errors, short reads and delays).
+//! For tests and benchmarks: [`testdata`] (generated file contents in which
+//! every byte is checkable; `ahead bench` generates its files with it) and
+//! [`io::fault`] (a backend that injects errors, short reads and delays:
+//! `ahead stress` runs the engine under it). Neither brings a dependency;
+//! the embedded S3 server and the Ceph launcher of the tests are a crate of
+//! their own (`ahead-testkit`).
 //!
 //! Reading a file in Direct mode:
 //!
@@ -152,7 +154,6 @@ pub mod ra;
 pub mod remote;
 pub mod residency;
 mod sys;
-#[cfg(any(test, feature = "testing"))]
 pub mod testdata;
 pub mod units;
 pub mod walk;

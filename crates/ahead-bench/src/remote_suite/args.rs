@@ -131,9 +131,9 @@ pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
             // and a gigabyte more.
             let bytes = cfg.object_size + cfg.many.0 as u64 * cfg.many.1 + (1 << 30);
             eprintln!("bringing up a Ceph cluster (scripts/ceph-s3) ...");
-            let c = ahead::testdata::ceph::Cluster::up(&work.path().join("ceph"), bytes)
+            let c = ahead_testkit::ceph::Cluster::up(&work.path().join("ceph"), bytes)
                 .map_err(|e| Error::from(e).context("--server ceph"))?;
-            cfg.endpoint = Some((c.endpoint.clone(), ahead::testdata::ceph::BUCKET.into()));
+            cfg.endpoint = Some((c.endpoint.clone(), ahead_testkit::ceph::BUCKET.into()));
             cfg.credentials = Some((c.key.clone(), c.secret.clone()));
             cfg.server = "ceph (one node, memstore OSD, radosgw; scripts/ceph-s3)".into();
             Some(c)

@@ -413,7 +413,7 @@ struct Connect {
 
 impl Connect {
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        Ok(ahead::testdata::s3::client_as(
+        Ok(ahead_testkit::s3::client_as(
             &self.endpoint,
             &self.bucket,
             &self.key,
@@ -468,18 +468,18 @@ fn connect(
     cfg: &RemoteConfig,
     dir: &std::path::Path,
 ) -> Result<(
-    Option<ahead::testdata::s3::Server>,
+    Option<ahead_testkit::s3::Server>,
     std::net::SocketAddr,
     Connect,
 )> {
     match &cfg.endpoint {
         None => {
-            let embedded = ahead::testdata::s3::Server::start(dir, &["bench"])?;
+            let embedded = ahead_testkit::s3::Server::start(dir, &["bench"])?;
             let c = Connect {
                 endpoint: embedded.endpoint(),
                 bucket: "bench".into(),
-                key: ahead::testdata::s3::ACCESS_KEY.into(),
-                secret: ahead::testdata::s3::SECRET_KEY.into(),
+                key: ahead_testkit::s3::ACCESS_KEY.into(),
+                secret: ahead_testkit::s3::SECRET_KEY.into(),
             };
             eprintln!("embedded S3 server at {}", c.endpoint);
             let addr = embedded.addr();
@@ -639,12 +639,12 @@ mod tests {
     #[test]
     fn the_shaper_passes_every_byte_through() {
         let dir = tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap();
-        let server = ahead::testdata::s3::Server::start(dir.path(), &["bkt"]).unwrap();
+        let server = ahead_testkit::s3::Server::start(dir.path(), &["bkt"]).unwrap();
         let mut v = vec![0u8; 3 << 20];
         ahead::testdata::fill(&mut v, 7);
         server.put("bkt", "k", v).unwrap();
         let shaper = Shaper::start(server.addr(), NetProfile::LAN).unwrap();
-        let store = ahead::testdata::s3::client(&shaper.endpoint(), "bkt").unwrap();
+        let store = ahead_testkit::s3::client(&shaper.endpoint(), "bkt").unwrap();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

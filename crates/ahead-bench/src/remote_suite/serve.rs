@@ -44,7 +44,7 @@ pub struct ServeArgs {
 /// Runs the server until standard input closes.
 pub fn main(args: ServeArgs) -> Result<()> {
     std::fs::create_dir_all(&args.dir)?;
-    let server = ahead::testdata::s3::Server::start(&args.dir, &[args.bucket.as_str()])?;
+    let server = ahead_testkit::s3::Server::start(&args.dir, &[args.bucket.as_str()])?;
     let profile = match args.profile.as_str() {
         "none" => None,
         p => Some(NetProfile::parse(p)?),
@@ -59,8 +59,8 @@ pub fn main(args: ServeArgs) -> Result<()> {
         "endpoint": endpoint,
         "direct": server.endpoint(),
         "bucket": args.bucket,
-        "access_key": ahead::testdata::s3::ACCESS_KEY,
-        "secret_key": ahead::testdata::s3::SECRET_KEY,
+        "access_key": ahead_testkit::s3::ACCESS_KEY,
+        "secret_key": ahead_testkit::s3::SECRET_KEY,
         "region": "us-east-1",
         "profile": profile.map(|p| json!({
             "name": p.name,
@@ -88,7 +88,7 @@ pub fn main(args: ServeArgs) -> Result<()> {
 }
 
 fn command(
-    server: &ahead::testdata::s3::Server,
+    server: &ahead_testkit::s3::Server,
     bucket: &str,
     shaper: Option<&Shaper>,
     line: &str,

@@ -10,8 +10,8 @@
 //! * [`Pool`] — `preadv` on a bounded pool of threads, for kernels
 //!   without io_uring (or where it is disabled).
 //!
-//! `fault::Fault` (with the `testing` feature) wraps either to inject
-//! errors, short reads and delays in tests.
+//! [`fault::Fault`] wraps either to inject errors, short reads and delays
+//! (the tests' and `ahead stress`'s).
 //!
 //! Both have the same semantics, checked by one conformance suite: a read
 //! returns `Ok(n)` with `n == len` unless it reached the end of the file, in
@@ -20,7 +20,6 @@
 //! retried, and any other error is returned as it is.
 
 mod buf;
-#[cfg(any(test, feature = "testing"))]
 pub mod fault;
 mod pool;
 mod uring;

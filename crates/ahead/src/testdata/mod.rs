@@ -3,11 +3,9 @@
 //! The byte at offset `o` is a function of `o` alone (a mixed hash of the
 //! 8-byte word it falls in), so a reader that returns bytes from the wrong
 //! place, stale bytes or zeroes is caught, whatever the access pattern. The
-//! benchmark uses the same generator for its test files.
-
-#[cfg(feature = "testing")]
-pub mod ceph;
-pub mod s3;
+//! benchmark uses the same generator for its test files. (The embedded S3
+//! server and the Ceph launcher of the tests are in the `ahead-testkit`
+//! crate, out of the library.)
 
 use std::io::{self, Write};
 use std::path::Path;

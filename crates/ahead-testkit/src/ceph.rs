@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The script, as the repository has it.
-const SCRIPT: &str = include_str!("../../../../scripts/ceph-s3");
+const SCRIPT: &str = include_str!("../../../scripts/ceph-s3");
 
 /// The bucket the cluster starts with.
 pub const BUCKET: &str = "ahead";
@@ -89,7 +89,7 @@ impl Cluster {
         &self,
         bucket: &str,
     ) -> std::io::Result<std::sync::Arc<dyn object_store::ObjectStore>> {
-        super::s3::client_as(&self.endpoint, bucket, &self.key, &self.secret)
+        crate::s3::client_as(&self.endpoint, bucket, &self.key, &self.secret)
     }
 }
 

@@ -1,0 +1,14 @@
+//! Test support for ahead's tests and benchmarks, kept out of the library
+//! (`ahead`, which Rust and Python users link, carries none of it):
+//!
+//! * [`s3`] — an S3-compatible server in the process (s3s-fs behind s3s),
+//!   with `If-Match` and 503s on demand, and object_store clients for it;
+//! * [`ceph`] — a one-node Ceph cluster with its RADOS Gateway, started
+//!   from the Debian packages where they are installed.
+//!
+//! The `ahead` binary links it through `ahead-bench`: `ahead bench` (its
+//! `--quick` run included) reads objects on the embedded server, and
+//! `ahead bench serve` hands it to the Python tests.
+
+pub mod ceph;
+pub mod s3;
