@@ -242,11 +242,8 @@ impl Shared {
     /// on the engine's runtime, up to `depth` in flight), a pool of
     /// threads reads the rest.
     pub(super) fn remote_backend(&self) -> &Arc<dyn Backend> {
-        self.remote_backend.get_or_init(|| {
-            Arc::new(Requests {
-                pool: crate::io::Pool::new(self.config.depth),
-            })
-        })
+        self.remote_backend
+            .get_or_init(|| Arc::new(crate::io::Requests::new(self.config.depth)))
     }
 
     /// The backend kernel-mode files hand their misses to.
@@ -588,28 +585,5 @@ impl Engine {
     /// The engine's hint thread, started on first use.
     fn hinter(&self) -> Option<Sender<Hint>> {
         self.shared.hinter.get_or_init(start_hinter).clone()
-    }
-}
-
-/// A backend for sources whose reads are requests (see
-/// [`Shared::remote_backend`]).
-struct Requests {
-    pool: crate::io::Pool,
-}
-
-impl Backend for Requests {
-    fn name(&self) -> &'static str {
-        "requests"
-    }
-
-    fn depth(&self) -> usize {
-        self.pool.depth()
-    }
-
-    fn submit(&self, op: crate::io::ReadOp, done: crate::io::Completion) {
-        let source = op.source.clone();
-        if let Err((op, done)) = source.start(op, done) {
-            self.pool.submit(op, done);
-        }
     }
 }

@@ -42,6 +42,10 @@ fn ways() -> Vec<Way> {
     let mut v: Vec<Way> = vec![("blocking", blocking(), None)];
     let pool: Arc<dyn Backend> = Arc::new(pool::Pool::new(4));
     v.push(("pool", via_backend(pool.clone()), Some(pool)));
+    // Objects' backend: a descriptor cannot start its own reads, so these
+    // go through its pool (the objects' own starts are tests/remote.rs's).
+    let requests: Arc<dyn Backend> = Arc::new(super::Requests::new(4));
+    v.push(("requests", via_backend(requests.clone()), Some(requests)));
     match uring::Uring::new(4) {
         Ok(u) => {
             let u: Arc<dyn Backend> = Arc::new(u);

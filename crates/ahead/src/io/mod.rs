@@ -2,18 +2,20 @@
 //!
 //! One trait, [`Backend`], with buffers passed by ownership: a [`ReadOp`]
 //! carries its memory into the backend, and the completion callback gets it
-//! back with the result, so no borrow crosses the asynchronous gap. Two real
-//! backends implement it:
+//! back with the result, so no borrow crosses the asynchronous gap. Three
+//! real backends implement it:
 //!
 //! * [`Uring`] — io_uring, one ring per backend, a completion thread,
 //!   vectored reads straight into the cache's frames, bounded queue depth;
 //! * [`Pool`] — `preadv` on a bounded pool of threads, for kernels
-//!   without io_uring (or where it is disabled).
+//!   without io_uring (or where it is disabled);
+//! * [`Requests`] — for sources whose reads are requests (objects): each
+//!   source starts its own where it can, a [`Pool`] reads the rest.
 //!
-//! [`fault::Fault`] wraps either to inject errors, short reads and delays
-//! (the tests' and `ahead stress`'s).
+//! [`fault::Fault`] wraps any of them to inject errors, short reads and
+//! delays (the tests' and `ahead stress`'s).
 //!
-//! Both have the same semantics, checked by one conformance suite: a read
+//! All have the same semantics, checked by one conformance suite: a read
 //! returns `Ok(n)` with `n == len` unless it reached the end of the file, in
 //! which case `n` is the number of bytes before the end; short reads that are
 //! not at the end are continued inside the backend, `EINTR`/`EAGAIN` are
@@ -22,6 +24,7 @@
 mod buf;
 pub mod fault;
 mod pool;
+mod requests;
 mod uring;
 
 use std::io;
@@ -30,6 +33,7 @@ use std::sync::Arc;
 
 pub use buf::{AlignedBuf, Arena};
 pub use pool::Pool;
+pub use requests::Requests;
 pub use uring::Uring;
 
 /// The unit O_DIRECT transfers in: a read that stops at an offset that is
