@@ -11,26 +11,26 @@
 //! each such window is kept with its record:
 //!
 //! * **Issued.** A window's *speculative pages* are the pages it reads
-//!   beyond the request that caused it ([`Issued::new`]).
+//!   beyond the request that caused it (`new`).
 //! * **Used.** Every later request credits the windows it lands in with the
-//!   pages it takes from them ([`Issued::credit`]); a page is credited once
+//!   pages it takes from them (`credit`); a page is credited once
 //!   at most (a window's credit never passes its speculative pages).
 //! * **Settled.** A window is judged when it leaves its stream (the stream
 //!   keeps its last two; a third pushes the oldest out, and a stream that is
 //!   dropped from the table settles both): its speculative and used pages go
-//!   to the stream's [`Ledger`] and to the file's.
+//!   to the stream's `Ledger` and to the file's.
 //! * **Held.** A ledger with at least [`EVIDENCE_PAGES`] settled speculative
-//!   pages of which less than [`ACCURACY_FLOOR`] were used is *poor*. A
+//!   pages of which less than `ACCURACY_FLOOR` were used is *poor*. A
 //!   stream with a poor ledger stops speculating and reads exactly what is
 //!   asked, as `ondemand` does for a random read; and while the file's
 //!   ledger is poor, every new stream starts that way.
-//! * **Re-armed** only on new evidence: [`REARM_RUN`] requests in a row that
+//! * **Re-armed** only on new evidence: `REARM_RUN` requests in a row that
 //!   each continue the stream exactly as its pattern predicts (the next
 //!   page, the page below, one period on). The stream then starts again from
 //!   the kernel's initial window, with a fresh ledger that is judged
-//!   sooner ([`PROBATION_PAGES`]). Each time a stream of
+//!   sooner (`PROBATION_PAGES`). Each time a stream of
 //!   the file is held the file asks twice as many of its streams (up to
-//!   [`REARM_MAX`]), and each window a stream with a good record settles
+//!   `REARM_MAX`), and each window a stream with a good record settles
 //!   halves that again, so a pattern that is regular only in short
 //!   stretches stops re-arming.
 //!
@@ -47,7 +47,7 @@ use super::{Request, Shape, Window};
 /// hides; `ahead run --stats` reports the same ratio as `accuracy`. The
 /// sqlite3 IN-list query that made this rule (rows 200 apart, gaps of 20 and
 /// 21 pages) ran at 0.07.
-pub const ACCURACY_FLOOR: (u64, u64) = (1, 2);
+pub(crate) const ACCURACY_FLOOR: (u64, u64) = (1, 2);
 
 /// Speculative pages a ledger must have settled before it is judged: 32,
 /// the kernel's default maximum window (128 KiB of 4 KiB pages). A rule is
@@ -58,7 +58,7 @@ pub const EVIDENCE_PAGES: u64 = 32;
 /// A ledger halves both counts once it holds this many speculative pages
 /// (8 kernel windows), so it follows what a rule does now rather than what
 /// it did at the start of the file.
-pub const EVIDENCE_DECAY: u64 = 8 * EVIDENCE_PAGES;
+pub(crate) const EVIDENCE_DECAY: u64 = 8 * EVIDENCE_PAGES;
 
 /// Exact continuations in a row that re-arm a held stream: four, twice the
 /// evidence a stride needs to start ([`STRIDE_CONFIRMATIONS`] requests after
@@ -67,7 +67,7 @@ pub const EVIDENCE_DECAY: u64 = 8 * EVIDENCE_PAGES;
 /// hundreds cost it little.
 ///
 /// [`STRIDE_CONFIRMATIONS`]: super::ahead::STRIDE_CONFIRMATIONS
-pub const REARM_RUN: u32 = 4;
+pub(crate) const REARM_RUN: u32 = 4;
 
 /// The most exact continuations a held stream may be asked for: 64. A file
 /// whose streams keep failing after they re-arm asks for twice as many each
@@ -75,18 +75,18 @@ pub const REARM_RUN: u32 = 4;
 /// then slips (a stride off by a page every twenty rows) stops costing
 /// anything once its regular stretches are shorter than what is asked; a
 /// true stride after a bad stretch loses at most 64 requests of readahead.
-pub const REARM_MAX: u32 = 64;
+pub(crate) const REARM_MAX: u32 = 64;
 
 /// Speculative pages on which a re-armed stream is judged: 8, two of the
 /// smallest windows. It has been wrong before, so it gets a quarter of a
 /// fresh stream's credit ([`EVIDENCE_PAGES`]): a pattern that slips again
 /// is held at its first slip, a true one passes 8 pages in its first two
 /// windows.
-pub const PROBATION_PAGES: u64 = 8;
+pub(crate) const PROBATION_PAGES: u64 = 8;
 
 /// Settled speculative pages and how many of them were used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     speculative: u64,
     used: u64,
     /// Pages of evidence before it is judged: [`EVIDENCE_PAGES`], or
@@ -102,14 +102,14 @@ impl Default for Ledger {
 
 impl Ledger {
     /// Nothing settled yet.
-    pub const EMPTY: Ledger = Ledger {
+    pub(crate) const EMPTY: Ledger = Ledger {
         speculative: 0,
         used: 0,
         evidence: EVIDENCE_PAGES,
     };
 
     /// Nothing settled yet, for a stream that was held and re-armed.
-    pub const PROBATION: Ledger = Ledger {
+    pub(crate) const PROBATION: Ledger = Ledger {
         evidence: PROBATION_PAGES,
         ..Ledger::EMPTY
     };
@@ -124,7 +124,7 @@ impl Ledger {
         }
     }
 
-    /// Enough evidence, and less than [`ACCURACY_FLOOR`] of it used.
+    /// Enough evidence, and less than `ACCURACY_FLOOR` of it used.
     pub fn poor(&self) -> bool {
         let (num, den) = ACCURACY_FLOOR;
         self.speculative >= self.evidence && self.used * den < self.speculative * num
@@ -143,7 +143,7 @@ impl Ledger {
 
 /// A window issued by a stream, with its record so far.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Issued {
+pub(crate) struct Issued {
     /// The window.
     pub window: Window,
     /// The reader's page when it was issued.
@@ -179,7 +179,7 @@ impl Issued {
 /// How many of the pages `[first, end)` window `w` reads. Constant time
 /// whatever the sizes (a request may be megabytes, and every request is
 /// checked against every live window).
-pub fn pages_in(w: &Window, first: u64, end: u64) -> u64 {
+pub(crate) fn pages_in(w: &Window, first: u64, end: u64) -> u64 {
     let lo = first.max(w.start);
     let hi = end.min(w.end());
     if lo >= hi {

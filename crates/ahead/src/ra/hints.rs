@@ -15,18 +15,18 @@ use super::{sparse::SparseTable, Policy, RaConfig, Request, Shape};
 
 /// Most pages the table remembers; past it the table starts afresh (the
 /// policy then sees a cold file and re-learns its streams).
-pub const TABLE_PAGES: usize = 1 << 16;
+pub(crate) const TABLE_PAGES: usize = 1 << 16;
 /// A strided window whose gaps are at most this many bytes is hinted whole,
 /// gaps included, as Direct mode reads it: one large read costs the device
 /// less than a request per run (a 4 KiB read every 16 KiB, one hint per
 /// run, ran at 63 MB/s cold on the development disk; the whole span at
 /// several times that).
-pub const GAP_MAX: u64 = 64 << 10;
+pub(crate) const GAP_MAX: u64 = 64 << 10;
 
 /// The policy configuration for hints of windows up to `max_bytes`, in
 /// pages of `page` bytes: no context readahead (the kernel under the hints
 /// applies its own, and a hint of it only costs), and strided windows
-/// whose gaps are at most [`GAP_MAX`] hinted whole, as the file's
+/// whose gaps are at most `GAP_MAX` hinted whole, as the file's
 /// speculation budget is told ([`RaConfig::read_through_gap`]).
 pub fn config(max_bytes: u64, page: u64) -> RaConfig {
     let page = page.max(1);

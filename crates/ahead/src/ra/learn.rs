@@ -12,17 +12,17 @@
 //! reads were in flight when it was submitted) and keeps three figures,
 //! the ones a capped or queued device is described by:
 //!
-//! * **latency**: the least time a small read (at most [`SMALL_PAGES`])
-//!   submitted alone took, over the last [`LATENCY_WINDOW`] such reads:
+//! * **latency**: the least time a small read (at most `SMALL_PAGES`)
+//!   submitted alone took, over the last `LATENCY_WINDOW` such reads:
 //!   the device's own latency, without queueing;
 //! * **bandwidth**: the median bytes per second of busy time (time with at
-//!   least one read in flight) of the last [`RATE_WINDOW`] intervals of at
+//!   least one read in flight) of the last `RATE_WINDOW` intervals of at
 //!   least
-//!   [`INTERVAL_NS`] and [`INTERVAL_READS`] reads that averaged at least
-//!   [`LARGE_PAGES`] (small reads are held to the request rate, and say
+//!   `INTERVAL_NS` and `INTERVAL_READS` reads that averaged at least
+//!   `LARGE_PAGES` (small reads are held to the request rate, and say
 //!   nothing of the bandwidth);
 //! * **request rate**: the median reads per second of busy time of the
-//!   last such intervals whose reads averaged at most [`SMALL_PAGES`] (a
+//!   last such intervals whose reads averaged at most `SMALL_PAGES` (a
 //!   rate of large reads says nothing of what one more request costs).
 //!
 //! Medians, not maxima: a cgroup throttle lets a burst through after an
@@ -42,21 +42,21 @@ use super::DeviceCost;
 
 /// A read of at most this many pages is small: its time is the device's
 /// latency, not its bandwidth (16 KiB of 4 KiB pages).
-pub const SMALL_PAGES: u64 = 4;
+pub(crate) const SMALL_PAGES: u64 = 4;
 /// A read of at least this many pages on average makes an interval's
 /// bytes per second count as bandwidth (64 KiB of 4 KiB pages).
-pub const LARGE_PAGES: u64 = 16;
+pub(crate) const LARGE_PAGES: u64 = 16;
 /// The latency is the least of the last this many small reads submitted
 /// alone: enough to find the device's own time among queued ones, few
 /// enough to follow a device that slows down.
-pub const LATENCY_WINDOW: usize = 64;
+pub(crate) const LATENCY_WINDOW: usize = 64;
 /// The least busy time an interval counts rates over: 5 ms, a few of a
 /// cgroup throttle's dispatch slices.
-pub const INTERVAL_NS: u64 = 5_000_000;
+pub(crate) const INTERVAL_NS: u64 = 5_000_000;
 /// The rates are the medians of the last this many intervals of each kind.
-pub const RATE_WINDOW: usize = 15;
+pub(crate) const RATE_WINDOW: usize = 15;
 /// The fewest reads an interval counts rates over.
-pub const INTERVAL_READS: u64 = 32;
+pub(crate) const INTERVAL_READS: u64 = 32;
 
 /// Learns a device's [`DeviceCost`] from its reads' times.
 #[derive(Clone, Debug)]

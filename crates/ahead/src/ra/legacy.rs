@@ -8,7 +8,7 @@
 //!
 //! * It keeps a **current window** (`start`, `size`) and an **ahead window**
 //!   (`ahead_start`, `ahead_size`) right after it. The first sequential read
-//!   creates the current window ([`init_window`]); the next sequential read
+//!   creates the current window (`init_window`); the next sequential read
 //!   creates the ahead window; when the reader crosses into the ahead window,
 //!   it becomes current and a new ahead window is submitted. The ahead window
 //!   is the pipelining: it is read while the reader consumes the current one.
@@ -41,11 +41,11 @@ use super::{
 
 /// The legacy minimum window: 16 KiB (`VM_MIN_READAHEAD`, 2.6.20
 /// include/linux/mm.h), in 4 KiB pages.
-pub const MIN_PAGES: u64 = 4;
+pub(crate) const MIN_PAGES: u64 = 4;
 
 /// Consecutive cache-hit pages after which readahead switches itself off
 /// (`VM_MAX_CACHE_HIT`, 2.6.20 include/linux/mm.h).
-pub const MAX_CACHE_HIT: u64 = 256;
+pub(crate) const MAX_CACHE_HIT: u64 = 256;
 
 /// The legacy policy's per-file state (2.6.20's `struct file_ra_state`).
 #[derive(Clone, Debug)]

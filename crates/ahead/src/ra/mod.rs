@@ -285,7 +285,7 @@ pub trait CacheView {
     }
     /// What the device charges, if the engine knows ([`DeviceCost`]).
     /// `None`: unknown, and the policies use their measured defaults
-    /// ([`ahead::MERGE_GAP`], [`ahead::STRIDE_MAX_RUNS`]).
+    /// (`MERGE_GAP`, `STRIDE_MAX_RUNS`).
     fn device_cost(&self) -> Option<DeviceCost> {
         None
     }
@@ -483,7 +483,7 @@ pub struct RaConfig {
     pub context_readahead: bool,
     /// A strided window whose gaps are at most this many pages is read
     /// whole, gaps included, by the engine (hints: one large read costs
-    /// less than a request per run, [`hints::GAP_MAX`]); 0, by the engines
+    /// less than a request per run, `GAP_MAX`); 0, by the engines
     /// that read only a strided window's runs. The file's speculation
     /// budget charges what the engine reads ([`budget`]).
     pub read_through_gap: u64,
@@ -533,7 +533,7 @@ pub fn new_policy(kind: PolicyKind, mut config: RaConfig) -> Box<dyn Policy> {
 /// The kernel's initial window: the request rounded up to a power of two,
 /// ×4 if that is at most max/32, ×2 if at most max/4, else the maximum
 /// (`get_init_ra_size`, mm/readahead.c, unchanged since 2.6.0).
-pub fn init_window(request_pages: u64, max: u64) -> u64 {
+pub(crate) fn init_window(request_pages: u64, max: u64) -> u64 {
     let rounded = request_pages.max(1).next_power_of_two();
     if rounded <= max / 32 {
         rounded * 4
@@ -546,7 +546,7 @@ pub fn init_window(request_pages: u64, max: u64) -> u64 {
 
 /// The kernel's ramp-up: ×4 below max/16, ×2 up to max/2, then the maximum
 /// (`get_next_ra_size`, mm/readahead.c in Linux 5.x–6.x).
-pub fn next_window(current: u64, max: u64) -> u64 {
+pub(crate) fn next_window(current: u64, max: u64) -> u64 {
     let current = current.max(1);
     if current < max / 16 {
         (4 * current).min(max)

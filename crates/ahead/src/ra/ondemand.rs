@@ -9,11 +9,11 @@
 //!
 //! * **sequential-next** — a marker hit at the expected place (`start + size -
 //!   async_size`): push the window forward (`start += size`) and ramp it up
-//!   ([`next_window`]: ×4 below max/16, ×2 up to max/2, then max), all of it
+//!   (`next_window`: ×4 below max/16, ×2 up to max/2, then max), all of it
 //!   asynchronous (`async_size = size`).
 //! * **sequential-first** — a miss at page 0, a miss right after the previous
 //!   read (`index - prev ≤ 1`), or an oversize request: a new window of
-//!   [`init_window`] pages with `async_size = size - request` (or `size` when
+//!   `init_window` pages with `async_size = size - request` (or `size` when
 //!   the request fills it).
 //! * **random** — any other miss: read the request as is and leave the state
 //!   alone, *unless* context readahead (below) finds a stream.

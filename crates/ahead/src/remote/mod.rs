@@ -35,14 +35,14 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use crate::io::{Completion, ReadOp, ReadSource, Version};
 
 /// How many times a failed request is tried again.
-pub const MAX_RETRIES: usize = 5;
+pub(crate) const MAX_RETRIES: usize = 5;
 /// No request is retried after this long from its first try: a read that
 /// cannot be served fails in bounded time.
 pub const RETRY_TIMEOUT: Duration = Duration::from_secs(20);
 /// One request's limit, from connecting to its last byte.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connecting's limit.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The engine's runtime for object requests: two worker threads (the
 /// requests wait on the network, not on the CPU), shut down without

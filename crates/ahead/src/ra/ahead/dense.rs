@@ -14,7 +14,7 @@ use super::*;
 /// own: an index lookup in sqlite3 visits B-tree and table pages of a file
 /// that fits the cache several times each, and a region that already holds
 /// a quarter of its pages is being read all over.
-pub const DENSE_REGION: u64 = 128;
+pub(crate) const DENSE_REGION: u64 = 128;
 
 /// See [`DENSE_REGION`]: a region is dense once 1 page in this many is
 /// cached, at first (1 in 4). Each dense window carries a lookahead marker
@@ -24,19 +24,19 @@ pub const DENSE_REGION: u64 = 128;
 /// down to 1, where the rule is off. Sqlite3's index range scans, whose
 /// regions end up half read, learn 1 in 16; its point lookups, which visit
 /// one page in five, turn the rule off before it costs.
-pub const DENSE_SHARE_START: u64 = 2;
+pub(crate) const DENSE_SHARE_START: u64 = 2;
 
 /// See [`DENSE_SHARE_START`].
-pub const DENSE_SHARE_MAX: u64 = 16;
+pub(crate) const DENSE_SHARE_MAX: u64 = 16;
 
 /// Dense windows whose markers are remembered.
-pub const DENSE_MARKERS: usize = 128;
+pub(crate) const DENSE_MARKERS: usize = 128;
 
 /// ...and only in a file that takes at most 1/this of the cache: reading
 /// the rest of regions of a file larger than the cache would evict what
 /// the reader came back for (aio-random reads over a file larger than
 /// memory stay exactly as they are).
-pub const DENSE_CACHE_SHARE: u64 = 2;
+pub(crate) const DENSE_CACHE_SHARE: u64 = 2;
 
 /// The dense-region rule's state ([`DENSE_REGION`]): the share of a region
 /// that must be cached before the rest is read, learnt from whether the

@@ -11,7 +11,7 @@
 //!
 //! # How
 //!
-//! * **Stream table.** Up to [`DEFAULT_STREAMS`] streams per file (16),
+//! * **Stream table.** Up to `DEFAULT_STREAMS` streams per file (16),
 //!   reused least-recently-used first. Every request is matched to a stream
 //!   by where it falls: right after a stream's previous request (forward),
 //!   right before it (backward), one period after it (stride), or inside the
@@ -33,7 +33,7 @@
 //!   for every run of a sweep until the later sweeps come for them; an
 //!   engine that does not know its capacity gets no such columns. Each
 //!   sweep that finds columns read ahead for it evicted reads one fewer.
-//! * **Ramp-up** is the kernel's ([`init_window`], [`next_window`]), so a
+//! * **Ramp-up** is the kernel's (`init_window`, `next_window`), so a
 //!   plain sequential reader gets exactly the kernel's windows.
 //! * **Request-size awareness** (Bhattacharya's AIO readahead patch,
 //!   docs/references.md). A window made on a miss always
@@ -51,7 +51,7 @@
 //! * **Random requests** match no stream. A miss right after cached pages
 //!   gets the kernel's context readahead, as `ondemand` would read it; else
 //!   one in a dense region of a file that fits the cache reads the region
-//!   (see [`DENSE_REGION`] and [`DENSE_SHARE_START`] for the rule, its
+//!   (see `DENSE_REGION` and `DENSE_SHARE_START` for the rule, its
 //!   constants, and how it learns from lookahead markers whether it pays);
 //!   else exactly the request.
 //! * **Every speculative window is held to account** ([`super::accuracy`]):
@@ -59,7 +59,7 @@
 //!   reader proves the pattern again, and while a file's speculation does
 //!   not pay, its new streams start that way.
 //! * **Irregular strides.** A gap that moves by a page or two
-//!   ([`STRIDE_JITTER`]) is never predicted page by page: such a stream
+//!   (`STRIDE_JITTER`) is never predicted page by page: such a stream
 //!   reads through its gaps where the device says that is cheaper than
 //!   waiting ([`crate::ra::DeviceCost`]), and reads only what is asked
 //!   otherwise.
@@ -82,11 +82,8 @@ mod stride;
 #[cfg(test)]
 mod tests;
 
-pub use dense::{
-    DENSE_CACHE_SHARE, DENSE_MARKERS, DENSE_REGION, DENSE_SHARE_MAX, DENSE_SHARE_START,
-};
-pub use stream::{MAX_STRIDE_PERIOD, STRIDE_CONFIRMATIONS, STRIDE_JITTER};
-pub use stride::{MAX_READ_THROUGH, MERGE_GAP, STRIDE_MAX_RUNS};
+pub(crate) use stream::STRIDE_CONFIRMATIONS;
+pub(crate) use stride::MERGE_GAP;
 
 use dense::Dense;
 use stream::{Direction, Match, Stream};
@@ -96,14 +93,14 @@ use stride::{expected_pages, strided_window, Reach, Sweep};
 /// Streams tracked per file by default: enough for the interleaved
 /// workloads of the benchmarks (8 readers) with room for random noise; a
 /// lookup scans them linearly, which stays far below a microsecond.
-pub const DEFAULT_STREAMS: usize = 16;
+pub(crate) const DEFAULT_STREAMS: usize = 16;
 
 /// The smallest window: 16 KiB, the legacy kernel's `VM_MIN_READAHEAD`.
-pub const MIN_WINDOW: u64 = 4;
+pub(crate) const MIN_WINDOW: u64 = 4;
 
 /// The `ahead` policy's per-file state.
 #[derive(Clone, Debug)]
-pub struct StreamTable {
+pub(crate) struct StreamTable {
     max: u64,
     clock: u64,
     streams: Vec<Stream>,

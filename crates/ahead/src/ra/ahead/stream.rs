@@ -8,11 +8,11 @@ use super::*;
 /// The largest stride period recognised, in pages (16 MiB of 4 KiB pages).
 /// Wider gaps are better served as random reads: a window would span more
 /// than the device can read sequentially faster than it can seek.
-pub const MAX_STRIDE_PERIOD: u64 = 4096;
+pub(crate) const MAX_STRIDE_PERIOD: u64 = 4096;
 
 /// Stride confirmations needed before a strided window is issued: the gap
 /// seen twice.
-pub const STRIDE_CONFIRMATIONS: u32 = 2;
+pub(crate) const STRIDE_CONFIRMATIONS: u32 = 2;
 
 /// A gap that differs from a stream's period by at most this many pages
 /// (and at most a quarter of the period) continues the stream as an
@@ -22,7 +22,7 @@ pub const STRIDE_CONFIRMATIONS: u32 = 2;
 /// windows read through the whole span where the gaps are cheaper to read
 /// than to skip (what the device charges, [`crate::ra::DeviceCost`]), and nothing beyond the request where
 /// they are not.
-pub const STRIDE_JITTER: u64 = 2;
+pub(crate) const STRIDE_JITTER: u64 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Direction {

@@ -15,7 +15,7 @@ use super::*;
 /// ([`crate::ra::DeviceCost`], as the simulator's models tell them) they
 /// decide instead: on the disk model, whose track buffer serves a request
 /// a short gap on at once, no gap is read through.
-pub const MERGE_GAP: u64 = 16;
+pub(crate) const MERGE_GAP: u64 = 16;
 
 /// ...and only while reading through at most quadruples the bytes read
 /// (period ≤ 4 × run). A 4 KiB record every 68 KiB is within
@@ -23,7 +23,7 @@ pub const MERGE_GAP: u64 = 16;
 /// iozone stride test at 4 KiB records that filled the cache with gap pages
 /// evicted unused (94% of the readahead wasted, 3.8 MB/s against 4.4 for
 /// reading the records alone).
-pub const MAX_READ_THROUGH: u64 = 4;
+pub(crate) const MAX_READ_THROUGH: u64 = 4;
 
 /// Most runs in a strided window that does not read through its gaps:
 /// each run is a device request of its own, and 32 is as many as a SATA
@@ -33,7 +33,7 @@ pub const MAX_READ_THROUGH: u64 = 4;
 /// the hdd model, a stride mixed with a scan ran at half `ondemand`'s
 /// speed with it (the generated-pattern test, `tests/families.rs` of
 /// ahead-sim).
-pub const STRIDE_MAX_RUNS: u64 = 32;
+pub(crate) const STRIDE_MAX_RUNS: u64 = 32;
 
 /// Whether a stride's gaps are read through rather than skipped: reading
 /// it at most multiplies the bytes by [`MAX_READ_THROUGH`], and

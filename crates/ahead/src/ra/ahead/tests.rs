@@ -1,5 +1,7 @@
 //! Tests of the `ahead` policy.
 
+use super::dense::{DENSE_MARKERS, DENSE_SHARE_START};
+use super::stride::STRIDE_MAX_RUNS;
 use super::*;
 use crate::ra::tests_support::Sim;
 use crate::ra::PolicyKind;

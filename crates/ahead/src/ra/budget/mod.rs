@@ -44,12 +44,12 @@
 //! kernel under it is the floor, and every page it hints is charged. Nor
 //! does it start with a credit: a hint is sent only on evidence, pages the
 //! policy *foresaw* (decided, but the budget did not let it read) that the
-//! reader then read unaided ([`HINT_EVIDENCE_PAGES`]). So a pattern proves
+//! reader then read unaided (`HINT_EVIDENCE_PAGES`). So a pattern proves
 //! itself at the kernel's pace before ahead speculates on it, and a file
 //! whose reads only looked regular sends nothing. Meanwhile the policy is
 //! not told that its windows were refused, so that what is judged is its
 //! pattern and not the fallback it would take. Then the file's credit is
-//! one of the kernel's windows ([`HINT_CREDIT_PAGES`]), and `k` is the
+//! one of the kernel's windows (`HINT_CREDIT_PAGES`), and `k` is the
 //! same as for reads ([`WASTE_PER_USE`]).
 
 use std::collections::BTreeMap;
@@ -64,7 +64,7 @@ use super::{
 /// read ahead saves the reader (one page of bandwidth on a bandwidth-bound
 /// device, one request on an IOPS-bound one when each is a request of its
 /// own), speculation at this rate breaks even; the per-rule records hold a
-/// rule at the same ratio ([`super::accuracy::ACCURACY_FLOOR`], one half
+/// rule at the same ratio (`ACCURACY_FLOOR`, one half
 /// used), and `ahead run --stats` reports it as `accuracy`. Hints are held
 /// to it too: one half for them ramped a backward reader's hints so slowly
 /// that a `tail -n` of 73,072 lines and two `order by ... desc limit`
@@ -85,7 +85,7 @@ pub const CREDIT_PAGES: u64 = 2 * DEFAULT_MAX_PAGES;
 /// stream with 4 MiB GETs and ramps through 16 MiB, so a credit of 16 MiB
 /// lets its first windows go out whole, and a file that wastes it has
 /// wasted a quarter of one window.
-pub const CREDIT_WINDOW_SHARE: u64 = 4;
+pub(crate) const CREDIT_WINDOW_SHARE: u64 = 4;
 
 /// In a cache whose capacity the engine knows, a window on the kernel's
 /// floor holds at most this share of it (one sixteenth): the share each of
@@ -93,7 +93,7 @@ pub const CREDIT_WINDOW_SHARE: u64 = 4;
 /// (`share_max`), which took eight interleaved readers of an object from
 /// 2.45 times the bytes they used to 1.06. `ondemand` sizes its windows
 /// for a cache as large as memory.
-pub const FLOOR_CACHE_SHARE: u64 = 16;
+pub(crate) const FLOOR_CACHE_SHARE: u64 = 16;
 
 /// The most ranges of speculative pages a budget remembers for credit;
 /// past it the farthest from the reader are forgotten (they can no longer
@@ -101,7 +101,7 @@ pub const FLOOR_CACHE_SHARE: u64 = 16;
 /// map at most. With 4,096, a backward scan of a table of 8 KiB rows (its
 /// windows broken into short ranges by the overflow pages read before
 /// them) lost the credit of a third of the pages it read.
-pub const MAX_RANGES: usize = 1 << 16;
+pub(crate) const MAX_RANGES: usize = 1 << 16;
 
 /// `c` of the bound for hints: 32 pages (128 KiB, one of the kernel's
 /// default windows), and only once the file's reads have borne its
@@ -110,7 +110,7 @@ pub const MAX_RANGES: usize = 1 << 16;
 /// regular (a forward scan's header pages, an IN-list on rows of an
 /// unlucky size, `tarfile` skipping members) hinted 16–60 pages and read
 /// 0–4 of them, in 26 of the generator's 44 cases.
-pub const HINT_CREDIT_PAGES: u64 = DEFAULT_MAX_PAGES;
+pub(crate) const HINT_CREDIT_PAGES: u64 = DEFAULT_MAX_PAGES;
 
 /// What a file must show before its first hint: this many pages (16, four
 /// of the stride rule's first windows) that its policy *foresaw*, decided
@@ -124,7 +124,7 @@ pub const HINT_CREDIT_PAGES: u64 = DEFAULT_MAX_PAGES;
 /// generator's 44 cases; on 16 pages read, whatever the rest, 8 of them
 /// spent it all for nothing (`tarfile`, whose headers lie somewhere in an
 /// irregular stride's span).
-pub const HINT_EVIDENCE_PAGES: u64 = 16;
+pub(crate) const HINT_EVIDENCE_PAGES: u64 = 16;
 
 /// Pages as disjoint, non-adjacent `start → end` ranges.
 #[derive(Clone, Debug, Default)]
@@ -244,8 +244,8 @@ pub struct Budget {
 
 impl Budget {
     /// A fresh budget for a policy configured as `config`:
-    /// [`CREDIT_PAGES`] to spend; for hints [`HINT_CREDIT_PAGES`], once
-    /// [`HINT_EVIDENCE_PAGES`] foreseen pages were requested.
+    /// [`CREDIT_PAGES`] to spend; for hints `HINT_CREDIT_PAGES`, once
+    /// `HINT_EVIDENCE_PAGES` foreseen pages were requested.
     pub fn new(config: &RaConfig) -> Budget {
         Budget {
             charged_out: Ranges::default(),
@@ -275,8 +275,8 @@ impl Budget {
     }
 
     /// `c` of the bound: [`CREDIT_PAGES`], or a share of the policy's
-    /// largest window ([`CREDIT_WINDOW_SHARE`]) where that is more;
-    /// [`HINT_CREDIT_PAGES`] for hints, and none before their evidence.
+    /// largest window (`CREDIT_WINDOW_SHARE`) where that is more;
+    /// `HINT_CREDIT_PAGES` for hints, and none before their evidence.
     pub fn credit_pages(&self) -> u64 {
         if self.shown {
             self.credit
@@ -309,7 +309,7 @@ impl Budget {
     /// Pages a request took that the policy had foreseen but the budget
     /// had not let it read (hints only): evidence that its pattern holds,
     /// gathered at the kernel's pace, since the reader waited for each.
-    /// They earn nothing; [`HINT_EVIDENCE_PAGES`] of them grant `c`.
+    /// They earn nothing; `HINT_EVIDENCE_PAGES` of them grant `c`.
     pub fn foreseen_used(&self) -> u64 {
         self.foreseen_used
     }
@@ -387,7 +387,7 @@ impl Budget {
     /// The widest gap below a request that its use credits: the engine's
     /// read-through gap where it reads strided windows whole (hints), else
     /// the widest gap ahead's stride rules read through on this device
-    /// (from its costs, [`super::DeviceCost`]; [`super::ahead::MERGE_GAP`]
+    /// (from its costs, [`super::DeviceCost`]; `MERGE_GAP`
     /// where they are unknown).
     pub fn gap_credit(&self) -> u64 {
         self.gap_credit
