@@ -366,3 +366,78 @@ pub fn physical_memory() -> Option<u64> {
     };
     (pages > 0 && size > 0).then(|| pages as u64 * size as u64)
 }
+
+/// An anonymous private mapping of bytes, owned: zero-filled at birth,
+/// unmapped on drop. Memory that bypasses the heap, for what must not
+/// touch `malloc` (the residency records of `ahead run --uncached`'s
+/// preloaded library).
+pub struct AnonMap {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; access goes
+// through `&self`/`&mut self`, so Rust's aliasing rules apply as to a Vec.
+unsafe impl Send for AnonMap {}
+// SAFETY: as above: shared access is read-only.
+unsafe impl Sync for AnonMap {}
+
+impl AnonMap {
+    /// `len` zero bytes (at least one), mapped by system call.
+    pub fn new(len: usize) -> io::Result<AnonMap> {
+        let len = len.max(1);
+        // SAFETY: a fresh anonymous private mapping, owned by the value
+        // from here and unmapped in Drop.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }?;
+        let ptr = std::ptr::NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        Ok(AnonMap { ptr, len })
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `len` bytes mapped readable, alive as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, to write.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes mapped writable, borrowed exclusively.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The mapping as a pointer and length, for a holder that swaps it
+    /// atomically; [`AnonMap::from_raw`] takes it back.
+    pub fn into_raw(self) -> (*mut u8, usize) {
+        let parts = (self.ptr.as_ptr(), self.len);
+        std::mem::forget(self);
+        parts
+    }
+
+    /// The mapping [`AnonMap::into_raw`] gave (None for a null pointer).
+    ///
+    /// # Safety
+    /// `ptr` and `len` came from `into_raw`, and no other value holds them.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Option<AnonMap> {
+        Some(AnonMap {
+            ptr: std::ptr::NonNull::new(ptr)?,
+            len,
+        })
+    }
+}
+
+impl Drop for AnonMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, referenced by nothing else.
+        unsafe {
+            let _ = rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}

@@ -18,7 +18,6 @@
 //! and at the end a chase of the pages that were still in flight.
 
 use std::os::fd::AsFd;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sys;
@@ -53,16 +52,11 @@ fn page() -> u64 {
 /// Which of `pages` pages from page `first` of a file were cached when the
 /// record was taken.
 pub struct Record {
-    map: NonNull<u8>,
+    /// One byte per page, as mincore gives it.
+    map: sys::AnonMap,
     first: u64,
     pages: u64,
 }
-
-// SAFETY: the mapping is written only while the record is taken, before
-// it is shared; afterwards it is only read.
-unsafe impl Send for Record {}
-// SAFETY: as above, shared reads of memory nobody writes.
-unsafe impl Sync for Record {}
 
 impl Record {
     /// The record of `pages` pages from page `first` of `fd`: `None` when
@@ -71,35 +65,13 @@ impl Record {
     /// ([`crate::residency::of_range`] says when it does not).
     pub fn take(fd: impl AsFd, first: u64, pages: u64) -> Option<Record> {
         let fd = fd.as_fd();
-        let len = pages.max(1) as usize;
-        // SAFETY: a fresh anonymous private mapping, owned by the record
-        // from here and unmapped in Drop.
-        let p = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE,
-            )
-        }
-        .ok()?;
-        let record = Record {
-            map: NonNull::new(p.cast::<u8>())?,
-            first,
-            pages,
-        };
+        let mut map = sys::AnonMap::new(pages as usize).ok()?;
         let mut at = 0;
-        while at < pages {
-            let n = (pages - at).min(TAKE_WINDOW);
-            // SAFETY: bytes at..at+n of the mapping, which nothing else
-            // references yet.
-            let out = unsafe {
-                std::slice::from_raw_parts_mut(record.map.as_ptr().add(at as usize), n as usize)
-            };
+        for out in map.as_mut_slice()[..pages as usize].chunks_mut(TAKE_WINDOW as usize) {
             sys::mincore_into(fd, first + at, out).ok()?;
-            at += n;
+            at += out.len() as u64;
         }
-        Some(record)
+        Some(Record { map, first, pages })
     }
 
     /// The record of the whole of `fd` (of `size` bytes), or `None` for a
@@ -132,8 +104,7 @@ impl Record {
         if index < self.first || index - self.first >= self.pages {
             return false;
         }
-        // SAFETY: within the mapping of `pages` bytes.
-        unsafe { *self.map.as_ptr().add((index - self.first) as usize) & 1 == 1 }
+        self.map.as_slice()[(index - self.first) as usize] & 1 == 1
     }
 
     /// Drops the pages of `[first, last)` that the record did not have
@@ -195,9 +166,8 @@ impl Record {
     /// (the preload's per-descriptor slots). [`Record::from_raw`] takes it
     /// back.
     pub fn into_raw(self) -> (*mut u8, u64, u64) {
-        let parts = (self.map.as_ptr(), self.first, self.pages);
-        std::mem::forget(self);
-        parts
+        let (ptr, _) = self.map.into_raw();
+        (ptr, self.first, self.pages)
     }
 
     /// The record [`Record::into_raw`] gave.
@@ -205,20 +175,14 @@ impl Record {
     /// # Safety
     /// `parts` came from `into_raw`, and no other record holds them.
     pub unsafe fn from_raw(parts: (*mut u8, u64, u64)) -> Option<Record> {
+        // SAFETY: the caller's promise: the mapping `into_raw` gave up,
+        // of `pages` bytes (at least one: AnonMap::new's rule).
+        let map = unsafe { sys::AnonMap::from_raw(parts.0, parts.2.max(1) as usize) }?;
         Some(Record {
-            map: NonNull::new(parts.0)?,
+            map,
             first: parts.1,
             pages: parts.2,
         })
-    }
-}
-
-impl Drop for Record {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in take, referenced by nothing else.
-        unsafe {
-            let _ = rustix::mm::munmap(self.map.as_ptr().cast(), self.pages.max(1) as usize);
-        }
     }
 }
 
