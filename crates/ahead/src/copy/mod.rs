@@ -44,6 +44,17 @@
 //! (FICLONE) is tried first: it shares extents and touches no cache. With
 //! [`CacheMode::Keep`], data moves with copy_file_range(2) inside the
 //! kernel.
+//!
+//! Why this is a room of the library and not a crate of its own: it reads
+//! no page through [`crate::Engine`], its cache or its policies (a copy
+//! reads each byte once, in chunks the size of the device's largest
+//! request: there is nothing to read ahead or keep), but it is built on
+//! the library's other rooms — the residency record and counts
+//! ([`crate::residency`]), the system calls of `sys`, the descriptor walk
+//! ([`crate::walk`]) for trees, and objects' ranged GETs
+//! ([`crate::remote`]) for an `s3://` source — and it is part of what the
+//! library offers Rust callers, beside `ahead copy`. A crate of its own
+//! would have to make those rooms' internals public API to reach them.
 
 mod journal;
 mod place;
