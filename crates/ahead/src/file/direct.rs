@@ -159,7 +159,7 @@ impl File {
     /// file's do; an object's go to another backend, whose costs are the
     /// published ones ([`crate::ra::DeviceCost::object_store`]).
     fn learns(&self) -> bool {
-        !self.is_remote()
+        matches!(self.inner.kind, Kind::Direct { .. })
     }
 
     /// What the file's source charges, where it is known; `None` for a
@@ -168,18 +168,23 @@ impl File {
     /// decide by). For an object: [`crate::ra::DeviceCost::object_store`]
     /// with the engine's depth of requests in flight.
     fn source_cost(&self) -> Option<crate::ra::DeviceCost> {
-        self.is_remote().then(|| {
-            crate::ra::DeviceCost::object_store(self.page(), self.inner.engine.config.depth as u64)
-        })
+        match &self.inner.kind {
+            #[cfg(feature = "remote")]
+            Kind::Object(_) => Some(crate::ra::DeviceCost::object_store(
+                self.page(),
+                self.inner.engine.config.depth as u64,
+            )),
+            _ => None,
+        }
     }
 
     /// Where this file's reads go: the engine's backend, or for an object
     /// its remote one.
     fn backend(&self) -> &Arc<dyn Backend> {
-        if self.is_remote() {
-            self.inner.engine.remote_backend()
-        } else {
-            &self.inner.engine.backend
+        match &self.inner.kind {
+            #[cfg(feature = "remote")]
+            Kind::Object(_) => self.inner.engine.remote_backend(),
+            _ => &self.inner.engine.backend,
         }
     }
 
@@ -187,7 +192,7 @@ impl File {
         let shared = &self.inner.engine;
         let len = plan.frames.len() * page as usize;
         ReadOp {
-            source: self.inner.source.clone(),
+            source: self.inner.kind.source(),
             offset: plan.first * page,
             len,
             buf: IoBuf::Frames(crate::io::FrameBuf::new(

@@ -11,7 +11,7 @@ use rustix::fs::OFlags;
 use std::time::Duration;
 
 use super::kernel::{start_hinter, Hint, KernelFile, Mode};
-use super::{File, Parts, Served};
+use super::{File, Kind, Parts, Served};
 use crate::cache::{EvictionKind, PageCache, Stats};
 use crate::io::ReadSource;
 use crate::io::{Backend, BackendKind};
@@ -237,6 +237,7 @@ impl OpenOptions {
 }
 
 impl Shared {
+    #[cfg(feature = "remote")]
     /// The backend objects' reads go to: each source starts its own
     /// requests where it can ([`crate::io::ReadSource::start`]: an object
     /// on the engine's runtime, up to `depth` in flight), a pool of
@@ -277,6 +278,7 @@ pub(super) struct Shared {
     /// The backend of kernel-mode misses (started on first use; the main
     /// backend if it cannot be started).
     pub(super) buffered_backend: OnceLock<Arc<dyn Backend>>,
+    #[cfg(feature = "remote")]
     /// The backend of objects' reads (started on first use).
     pub(super) remote_backend: OnceLock<Arc<dyn Backend>>,
     /// The runtime of objects' requests (started on first use).
@@ -362,6 +364,7 @@ impl Engine {
                 max_io_pages,
                 hinter: OnceLock::new(),
                 buffered_backend: OnceLock::new(),
+                #[cfg(feature = "remote")]
                 remote_backend: OnceLock::new(),
                 #[cfg(feature = "remote")]
                 runtime: OnceLock::new(),
@@ -548,8 +551,11 @@ impl Engine {
         let policy_kind = opts.policy.unwrap_or(self.shared.config.policy);
         let fd = Arc::new(fd);
         let policy = ra::new_policy(policy_kind, ra);
-        let kernel = match opts.mode {
-            Mode::Direct => None,
+        let kind = match opts.mode {
+            Mode::Direct => Kind::Direct {
+                fd,
+                o_direct: direct,
+            },
             mode => {
                 let hints = mode == Mode::Buffered && opts.hints;
                 let hinter = if hints { self.hinter() } else { None };
@@ -557,9 +563,9 @@ impl Engine {
                 let kpage = rustix::param::page_size() as u64;
                 let kra = ra::hints::config(self.shared.config.max_readahead, kpage);
                 let policy = hints.then(|| ra::new_policy(policy_kind, kra));
-                Some(KernelFile::new(
+                Kind::Kernel(KernelFile::new(
                     mode,
-                    fd.clone(),
+                    fd,
                     stamp.size,
                     policy,
                     hinter,
@@ -571,12 +577,7 @@ impl Engine {
             engine: self.shared.clone(),
             id,
             path: path.into(),
-            source: fd.clone(),
-            fd: Some(fd),
-            #[cfg(feature = "remote")]
-            object: None,
-            direct,
-            kernel,
+            kind,
             policy,
             stamp,
         }))

@@ -45,7 +45,7 @@ fn poll_read(
     st: &mut State,
     cx: &mut Context<'_>,
 ) -> Poll<Result<usize>> {
-    if let Some(k) = &file.inner.kernel {
+    if let Some(k) = file.kernel() {
         return st
             .kernel
             .poll(k, file.inner.engine.buffered_backend(), buf, offset, cx)

@@ -83,18 +83,8 @@ struct FileInner {
     engine: Arc<Shared>,
     id: cache::FileId,
     path: PathBuf,
-    /// What reads read: the file's descriptor, or an object.
-    source: Arc<dyn ReadSource>,
-    /// A file's descriptor (none for an object).
-    fd: Option<Arc<OwnedFd>>,
-    /// An object in a store (none for a file): reads go to the engine's
-    /// remote backend.
-    #[cfg(feature = "remote")]
-    object: Option<Arc<crate::remote::ObjectSource>>,
-    direct: bool,
-    /// Buffered and Uncached files: the kernel's cache is read instead of
-    /// the engine's.
-    kernel: Option<kernel::KernelFile>,
+    /// What the file is, decided once when it was opened.
+    kind: Kind,
     policy: Mutex<Box<dyn Policy>>,
     /// Requests served by the hit path, for the policy to see in order
     /// before its next decision (see [`File::read_hit`]); one queue per
@@ -124,14 +114,40 @@ struct Parts {
     engine: Arc<Shared>,
     id: cache::FileId,
     path: PathBuf,
-    source: Arc<dyn ReadSource>,
-    fd: Option<Arc<OwnedFd>>,
-    #[cfg(feature = "remote")]
-    object: Option<Arc<crate::remote::ObjectSource>>,
-    direct: bool,
-    kernel: Option<kernel::KernelFile>,
+    kind: Kind,
     policy: Box<dyn Policy>,
     stamp: Version,
+}
+
+/// What a file is: one of three kinds, decided once at open. Each reads
+/// through its own source: a descriptor or an object.
+// One per open file, inside its Arc'd FileInner: the kernel variant's
+// size costs nothing, where a Box would cost Buffered reads a pointer.
+#[allow(clippy::large_enum_variant)]
+enum Kind {
+    /// Direct mode: ahead's cache over a descriptor, read with O_DIRECT
+    /// (`o_direct` false after the fallback for a file system without
+    /// it).
+    Direct { fd: Arc<OwnedFd>, o_direct: bool },
+    /// An object in a store: ahead's cache, read by requests on the
+    /// engine's request backend (`io::Requests`).
+    #[cfg(feature = "remote")]
+    Object(Arc<crate::remote::ObjectSource>),
+    /// Buffered or Uncached mode: the kernel's cache, read through the
+    /// descriptor the kernel file holds.
+    Kernel(kernel::KernelFile),
+}
+
+impl Kind {
+    /// What reads read.
+    fn source(&self) -> Arc<dyn ReadSource> {
+        match self {
+            Kind::Direct { fd, .. } => fd.clone(),
+            #[cfg(feature = "remote")]
+            Kind::Object(o) => o.clone(),
+            Kind::Kernel(k) => k.fd().clone(),
+        }
+    }
 }
 
 impl File {
@@ -146,12 +162,7 @@ impl File {
                 engine: p.engine,
                 id: p.id,
                 path: p.path,
-                source: p.source,
-                fd: p.fd,
-                #[cfg(feature = "remote")]
-                object: p.object,
-                direct: p.direct,
-                kernel: p.kernel,
+                kind: p.kind,
                 policy: Mutex::new(p.policy),
                 hits_seen: hit_queues(),
                 hits_queued: std::sync::atomic::AtomicBool::new(false),
@@ -181,7 +192,7 @@ impl std::fmt::Debug for File {
         f.debug_struct("File")
             .field("path", &self.inner.path)
             .field("mode", &self.mode())
-            .field("direct", &self.inner.direct)
+            .field("direct", &self.is_direct())
             .finish()
     }
 }
@@ -203,33 +214,46 @@ impl File {
     /// [`Engine::open_url`] or `open_object`), not a file.
     pub fn is_remote(&self) -> bool {
         #[cfg(feature = "remote")]
-        return self.inner.object.is_some();
+        return matches!(self.inner.kind, Kind::Object(_));
         #[cfg(not(feature = "remote"))]
         return false;
+    }
+
+    /// A Buffered or Uncached file's kernel side.
+    fn kernel(&self) -> Option<&kernel::KernelFile> {
+        match &self.inner.kind {
+            Kind::Kernel(k) => Some(k),
+            _ => None,
+        }
     }
 
     /// Whether reads bypass the kernel's cache (false after the fallback
     /// for file systems without O_DIRECT).
     pub fn is_direct(&self) -> bool {
-        self.inner.direct
+        match &self.inner.kind {
+            Kind::Direct { o_direct, .. } => *o_direct,
+            #[cfg(feature = "remote")]
+            Kind::Object(_) => true,
+            Kind::Kernel(_) => false,
+        }
     }
 
     /// The mode it was opened in.
     pub fn mode(&self) -> Mode {
-        self.inner.kernel.as_ref().map_or(Mode::Direct, |k| k.mode)
+        self.kernel().map_or(Mode::Direct, |k| k.mode)
     }
 
     /// Buffered mode: whether the non-blocking fast path is in use (the
     /// kernel and the file system have `RWF_NOWAIT`; see
     /// [`crate::features::nowait`]).
     pub fn uses_nowait(&self) -> bool {
-        self.inner.kernel.as_ref().is_some_and(|k| k.nowait())
+        self.kernel().is_some_and(|k| k.nowait())
     }
 
     /// Uncached mode: whether `RWF_DONTCACHE` is in use (else the
     /// residency fallback).
     pub fn uses_dontcache(&self) -> bool {
-        self.inner.kernel.as_ref().is_some_and(|k| k.dontcache())
+        self.kernel().is_some_and(|k| k.dontcache())
     }
 
     /// Uncached mode: true when this file's reads cannot leave the cache as
@@ -237,10 +261,7 @@ impl File {
     /// the truth about a file the caller neither owns nor may write — so
     /// they drop nothing. Tell the user once.
     pub fn residency_blind(&self) -> bool {
-        self.inner
-            .kernel
-            .as_ref()
-            .is_some_and(|k| k.residency_blind())
+        self.kernel().is_some_and(|k| k.residency_blind())
     }
 
     /// Size in bytes as the engine knows it.
@@ -259,7 +280,7 @@ impl File {
     /// taken: the next reads see the file as it is. Unchanged, nothing is
     /// dropped. See the crate docs for the coherence contract.
     pub fn refresh(&self) -> Result<Refreshed> {
-        let now = (self.inner.source.version())
+        let now = (self.inner.kind.source().version())
             .map_err(|e| Error::io("stat", &self.inner.path, None, e))?;
         let mut stamp = self.inner.stamp.lock().unwrap_or_else(|p| p.into_inner());
         if *stamp == now {
@@ -270,7 +291,7 @@ impl File {
             });
         }
         *stamp = now;
-        if let Some(k) = &self.inner.kernel {
+        if let Some(k) = self.kernel() {
             k.set_size(now.size);
         }
         let dropped_pages = self.inner.engine.cache.drop_pages(self.inner.id, now.size);
@@ -283,7 +304,7 @@ impl File {
 
     /// This file's counters.
     pub fn stats(&self) -> Stats {
-        match &self.inner.kernel {
+        match self.kernel() {
             Some(k) => k.stats(),
             None => {
                 let mut s = self.inner.engine.cache.lock().file(self.inner.id).stats;
@@ -319,9 +340,9 @@ impl File {
         // A failed read reaches its readers as an errno kept in the cache;
         // an object says what the request met.
         #[cfg(feature = "remote")]
-        let e = match &self.inner.object {
-            Some(o) => o.explain(e),
-            None => e,
+        let e = match &self.inner.kind {
+            Kind::Object(o) => o.explain(e),
+            _ => e,
         };
         Error::io(op, &self.inner.path, Some(offset), e)
     }
@@ -329,7 +350,7 @@ impl File {
     /// Declares how `len` bytes from `offset` will be read.
     /// [`Advice::WillNeed`] starts reading them at once.
     pub fn advise(&self, offset: u64, len: u64, advice: Advice) {
-        if let Some(k) = &self.inner.kernel {
+        if let Some(k) = self.kernel() {
             // The kernel's own advice; WillNeed goes to the hint thread.
             let a = match advice {
                 Advice::WillNeed => return k.prefetch(&[(offset, len)]),
@@ -337,8 +358,8 @@ impl File {
                 Advice::Random => sys::Advice::Random,
                 Advice::Normal | Advice::Reverse => sys::Advice::Normal,
             };
-            if let (Mode::Buffered, Some(fd)) = (k.mode, &self.inner.fd) {
-                let _ = sys::fadvise(fd.as_fd(), offset, len, a);
+            if k.mode == Mode::Buffered {
+                let _ = sys::fadvise(k.fd().as_fd(), offset, len, a);
             }
             return;
         }
@@ -369,7 +390,7 @@ impl File {
     /// readahead, without waiting. Pages already cached or being read are
     /// skipped; what does not fit the budget is left out.
     pub fn prefetch(&self, ranges: &[(u64, u64)]) {
-        if let Some(k) = &self.inner.kernel {
+        if let Some(k) = self.kernel() {
             return k.prefetch(ranges);
         }
         let page = self.page();
@@ -393,7 +414,7 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`. Returns fewer only at the
     /// end of the file (0 at or past it).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        if let Some(k) = &self.inner.kernel {
+        if let Some(k) = self.kernel() {
             return k
                 .read_at(buf, offset)
                 .map_err(|e| self.io_error("read", offset, e));
@@ -418,7 +439,7 @@ impl File {
     /// is planned and issued before any is waited for. Returns each
     /// request's result in order.
     pub fn read_many(&self, reqs: &mut [(u64, &mut [u8])]) -> Vec<Result<usize>> {
-        if self.inner.kernel.is_some() {
+        if self.kernel().is_some() {
             return self.read_many_kernel(reqs);
         }
         let started: Vec<Option<Vec<(u64, u64)>>> = reqs
@@ -450,7 +471,7 @@ impl File {
     /// the cache's budget (the pages lent must leave frames for the reads
     /// that fill the rest); more is an [`Error::Invalid`].
     pub fn read_pages(&self, offset: u64, len: usize) -> Result<Pages> {
-        if self.inner.kernel.is_some() {
+        if self.kernel().is_some() {
             return Err(Error::Unsupported {
                 path: self.inner.path.clone(),
                 why: format!(

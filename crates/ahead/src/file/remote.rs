@@ -9,7 +9,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 use super::engine::{Engine, Shared};
-use super::{File, Parts};
+use super::{File, Kind, Parts};
 use crate::ra::{self, RaConfig};
 use crate::remote::{ObjectSource, RemoteStats, Runtime};
 use crate::{Error, Result};
@@ -58,11 +58,7 @@ impl Engine {
             engine: shared.clone(),
             id,
             path: PathBuf::from(name),
-            source: object.clone(),
-            fd: None,
-            object: Some(object),
-            direct: true,
-            kernel: None,
+            kind: Kind::Object(object),
             policy,
             stamp,
         }))
@@ -83,6 +79,9 @@ impl Shared {
 impl File {
     /// An object's request counters; `None` for a file.
     pub fn remote_stats(&self) -> Option<RemoteStats> {
-        self.inner.object.as_ref().map(|o| o.stats())
+        match &self.inner.kind {
+            Kind::Object(o) => Some(o.stats()),
+            _ => None,
+        }
     }
 }

@@ -158,6 +158,11 @@ fn unsupported(e: &std::io::Error) -> bool {
 }
 
 impl KernelFile {
+    /// The descriptor it reads.
+    pub(super) fn fd(&self) -> &Arc<OwnedFd> {
+        &self.fd
+    }
+
     pub(super) fn new(
         mode: Mode,
         fd: Arc<OwnedFd>,
