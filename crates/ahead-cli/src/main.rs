@@ -18,6 +18,7 @@ mod bench;
 mod cat;
 mod copy;
 mod doctor;
+mod mount;
 mod read;
 mod resident;
 mod run;
@@ -49,6 +50,9 @@ enum Command {
     /// Simulate readahead policies on modelled devices (the on-demand RFC's
     /// benchmarks).
     Sim(sim::SimArgs),
+    /// Mount a bucket (or a prefix) read-only: every program reads its
+    /// objects through ahead's cache and readahead (FUSE).
+    Mount(mount::MountArgs),
     /// Copy a file fast, sparse-aware, resumable, leaving the page cache as it was.
     Copy(copy::CopyArgs),
     /// Page-cache residency of files: cached, dirty, writeback, evicted pages.
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
         Command::Warm(args) => resident::warm(args),
         Command::Stress(args) => stress::run(args),
         Command::Doctor(args) => doctor::run(args).map(|()| true),
+        Command::Mount(args) => mount::run(args).map(|()| true),
         Command::Run(args) => run::run(args).map(|()| false),
         Command::Trace(args) => run::trace(args).map(|()| false),
     };

@@ -1,0 +1,207 @@
+//! `ahead mount` as a user runs it: a bucket of the embedded S3 server
+//! mounted with FUSE, read by real programs (ls, cat, tac, sqlite3) and by
+//! positioned reads in every direction, every byte checked; writes
+//! refused; a missing name ENOENT; SIGTERM unmounts and exits 0.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ahead::testdata;
+use ahead_testkit::s3::Server;
+use common::{scratch, stderr};
+
+/// Whether FUSE can be mounted here: /dev/fuse, and root or fusermount3.
+fn fuse_ok() -> bool {
+    if !Path::new("/dev/fuse").exists() {
+        eprintln!("SKIP: no /dev/fuse");
+        return false;
+    }
+    let root = rustix::process::geteuid().is_root();
+    let helper = Command::new("fusermount3").arg("-V").output().is_ok();
+    if !root && !helper {
+        eprintln!("SKIP: not root and no fusermount3 (Debian: fuse3)");
+        return false;
+    }
+    true
+}
+
+/// Whether `dir` is a mount point now.
+fn mounted(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split_whitespace().nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// `ahead mount s3://BUCKET DIR` against `server`, waited for.
+fn mount(server: &Server, url: &str, dir: &Path) -> Child {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["mount", url])
+        .arg(dir)
+        .args(["--cache", "32m"])
+        .envs(server.env())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mounted(dir) {
+        if let Some(st) = child.try_wait().unwrap() {
+            let o = child.wait_with_output().unwrap();
+            panic!("ahead mount exited {st}: {}", stderr(&o));
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "not mounted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// SIGTERM: the mount goes, the process exits 0.
+fn stop(child: Child, dir: &Path) {
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+    assert!(!mounted(dir));
+}
+
+#[test]
+fn a_mounted_bucket_reads_byte_for_byte_in_every_direction() {
+    if !fuse_ok() {
+        return;
+    }
+    let work = scratch();
+    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
+    let size = (5 << 20) + 4321;
+    let mut data = vec![0u8; size];
+    testdata::fill(&mut data, 0);
+    server.put("bkt", "dir/sub/big", data.clone()).unwrap();
+    server
+        .put("bkt", "top.txt", b"one\ntwo\nthree\n".to_vec())
+        .unwrap();
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let child = mount(&server, "s3://bkt", &dir);
+
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["dir", "top.txt"]);
+    let big = dir.join("dir/sub/big");
+    assert_eq!(std::fs::metadata(&big).unwrap().len(), size as u64);
+    assert!(std::fs::metadata(dir.join("dir/sub")).unwrap().is_dir());
+
+    // Forward, whole.
+    let got = std::fs::read(&big).unwrap();
+    assert_eq!(got.len(), size);
+    assert_eq!(testdata::first_mismatch(&got, 0), None);
+    // Backward, 64 KiB at a time, and strided, on a fresh open.
+    let f = std::fs::File::open(&big).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut end = size as u64;
+    while end > 0 {
+        let at = end.saturating_sub(buf.len() as u64);
+        let n = (end - at) as usize;
+        f.read_exact_at(&mut buf[..n], at).unwrap();
+        assert_eq!(testdata::first_mismatch(&buf[..n], at), None, "at {at}");
+        end = at;
+    }
+    for at in (0..size as u64).step_by(300_001) {
+        let n = f.read_at(&mut buf[..4096], at).unwrap();
+        assert_eq!(testdata::first_mismatch(&buf[..n], at), None, "at {at}");
+    }
+    // A real program, backwards.
+    let o = Command::new("tac")
+        .arg(dir.join("top.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(o.stdout, b"three\ntwo\none\n");
+
+    // Nothing is written; a missing name is missing.
+    let e = std::fs::write(dir.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&big)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = std::fs::metadata(dir.join("none")).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+
+    // (An unmount on a signal is lazy: a file still open keeps the mount,
+    // and the process serving it, until it is closed.)
+    drop(f);
+    stop(child, &dir);
+}
+
+/// An object that changes while a file is open: the open keeps reading
+/// the object it opened or fails with EIO, never mixes the two.
+#[test]
+fn an_object_replaced_under_an_open_file_is_an_error_not_mixed_bytes() {
+    if !fuse_ok() {
+        return;
+    }
+    let work = scratch();
+    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
+    let size = 8 << 20;
+    let mut data = vec![0u8; size];
+    testdata::fill(&mut data, 0);
+    server.put("bkt", "f", data).unwrap();
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let child = mount(&server, "s3://bkt", &dir);
+    let f = std::fs::File::open(dir.join("f")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(testdata::first_mismatch(&buf, 0), None);
+    // The same size, other bytes.
+    let mut other = vec![0u8; size];
+    testdata::fill(&mut other, 1);
+    server.put("bkt", "f", other).unwrap();
+    match f.read_exact_at(&mut buf, 6 << 20) {
+        Ok(()) => assert_eq!(testdata::first_mismatch(&buf, 6 << 20), None),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}"),
+    }
+    drop(f);
+    stop(child, &dir);
+}
+
+#[test]
+fn a_missing_bucket_or_a_file_as_mountpoint_is_a_clear_error() {
+    if !fuse_ok() {
+        return;
+    }
+    let work = scratch();
+    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["mount", "s3://nobucket"])
+        .arg(&dir)
+        .envs(server.env())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("s3://nobucket"), "{}", stderr(&o));
+    assert!(!mounted(&dir));
+    let file = work.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["mount", "s3://bkt"])
+        .arg(&file)
+        .envs(server.env())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
+}

@@ -1,0 +1,459 @@
+//! `ahead mount`: a read-only FUSE file system over a bucket (or a prefix
+//! of one) in an S3-compatible store, so that any program, in any
+//! language, reads objects through ahead's engine: its cache, its
+//! readahead policies (forward, backward, strided and interleaved
+//! streams; a random read fetches what it asks and no more), and one
+//! memory budget for every open file together.
+//!
+//! The layout follows the store's listing, as mountpoint-s3 and s3fs show
+//! it: a key's `/`-separated prefixes are directories, its last part a
+//! file. A directory is listed once (one `ListObjects` with a delimiter,
+//! page by page) when it is first looked into, and again when it is
+//! opened for reading (`ls`), so new keys appear. Each open of a file
+//! opens the object in the engine (one `HEAD`): its ETag is pinned there,
+//! and a read that finds the object changed fails with EIO rather than
+//! mix old and new bytes. The kernel may keep a file's pages between opens
+//! (`FOPEN_KEEP_CACHE`) while its size and modification time are those
+//! the listing gave.
+//!
+//! Nothing is written: every call that would change the store gets EROFS
+//! (the mount is `ro`).
+//!
+//! Requests are served by several threads ([`MountOptions::threads`]),
+//! each blocking in the engine until its bytes are there; the engine's
+//! readahead keeps the store busy meanwhile.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ahead::{Engine, File};
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, KernelConfig,
+    LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen,
+    Request,
+};
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+/// How long the kernel may keep an entry's or attribute's answer before
+/// asking again (mountpoint-s3's default metadata TTL is one second too).
+const TTL: Duration = Duration::from_secs(1);
+
+/// Largest readahead the kernel is told to do on its own, in bytes: its
+/// forward readahead of a sequential reader then asks for large reads,
+/// which the engine's own readahead is ahead of.
+const KERNEL_READAHEAD: u32 = 1 << 20;
+
+/// How a bucket is mounted.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Threads serving the kernel's requests (readers at once).
+    pub threads: usize,
+    /// Let users other than the one who mounted read the files
+    /// (`allow_other`; needs root or `user_allow_other` in
+    /// /etc/fuse.conf).
+    pub allow_other: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> MountOptions {
+        MountOptions {
+            threads: 8,
+            allow_other: false,
+        }
+    }
+}
+
+/// One entry of the tree: a directory (a key prefix) or a file (a key).
+#[derive(Clone, Debug)]
+struct Node {
+    /// The key (a file) or the prefix without its trailing `/` (a
+    /// directory; empty for the root), relative to the bucket.
+    key: String,
+    dir: bool,
+    size: u64,
+    mtime: SystemTime,
+}
+
+/// The tree as listed so far.
+#[derive(Default)]
+struct Tree {
+    nodes: HashMap<u64, Node>,
+    /// (directory, file) key → inode, so that a key keeps its number
+    /// across listings.
+    by_key: HashMap<(bool, String), u64>,
+    /// A directory's children, once listed: name → inode.
+    children: HashMap<u64, Vec<(String, u64)>>,
+    next: u64,
+}
+
+impl Tree {
+    fn insert(&mut self, node: Node) -> u64 {
+        let k = (node.dir, node.key.clone());
+        if let Some(&ino) = self.by_key.get(&k) {
+            self.nodes.insert(ino, node);
+            return ino;
+        }
+        self.next += 1;
+        let ino = self.next;
+        self.by_key.insert(k, ino);
+        self.nodes.insert(ino, node);
+        ino
+    }
+}
+
+/// The file system: the store, the engine every file is read through, and
+/// the tree listed so far.
+pub struct ObjectFs {
+    engine: Engine,
+    store: Arc<dyn ObjectStore>,
+    /// The bucket's name and the mounted prefix, for errors and names.
+    url: String,
+    /// The mounted prefix: empty, or ending in `/`.
+    prefix: String,
+    runtime: tokio::runtime::Runtime,
+    tree: RwLock<Tree>,
+    handles: Mutex<HashMap<u64, File>>,
+    next_handle: AtomicU64,
+    uid: u32,
+    gid: u32,
+}
+
+impl ObjectFs {
+    /// The file system of `url` (`s3://bucket[/prefix]`, with the AWS_*
+    /// environment and object_store `options`), read through `engine`.
+    pub fn new(url: &str, options: &[(String, String)], engine: Engine) -> io::Result<ObjectFs> {
+        let (store, path) = ahead::remote::store_for_url_with(url, options)?;
+        let prefix = match path.as_ref() {
+            "" => String::new(),
+            p => format!("{p}/"),
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("ahead-mount-list")
+            .enable_all()
+            .build()?;
+        let mut tree = Tree {
+            next: 1,
+            ..Tree::default()
+        };
+        let root = Node {
+            key: String::new(),
+            dir: true,
+            size: 0,
+            mtime: SystemTime::now(),
+        };
+        tree.by_key.insert((true, String::new()), 1);
+        tree.nodes.insert(1, root);
+        let fs = ObjectFs {
+            engine,
+            store,
+            url: url.to_owned(),
+            prefix,
+            runtime,
+            tree: RwLock::new(tree),
+            handles: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
+            uid: rustix::process::geteuid().as_raw(),
+            gid: rustix::process::getegid().as_raw(),
+        };
+        // The store must answer now, not at the first `ls`.
+        fs.list(1)?;
+        Ok(fs)
+    }
+
+    fn node(&self, ino: u64) -> Option<Node> {
+        self.tree.read().ok()?.nodes.get(&ino).cloned()
+    }
+
+    /// Lists directory `ino` in the store (again) and returns its
+    /// children.
+    fn list(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
+        let dir = self
+            .node(ino)
+            .filter(|n| n.dir)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTDIR))?;
+        let full = format!("{}{}", self.prefix, dir.key);
+        let at = ObjectPath::from(full.trim_end_matches('/'));
+        let listing = self
+            .runtime
+            .block_on(
+                self.store
+                    .list_with_delimiter((!full.is_empty()).then_some(&at)),
+            )
+            .map_err(|e| io::Error::other(format!("{}: list {full}: {e}", self.url)))?;
+        let rel = |p: &ObjectPath| -> Option<String> {
+            let s = p.as_ref();
+            let s = s.strip_prefix(self.prefix.trim_end_matches('/'))?;
+            Some(s.trim_start_matches('/').to_owned())
+        };
+        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        let mut kids = Vec::new();
+        for p in &listing.common_prefixes {
+            let Some(key) = rel(p) else { continue };
+            let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
+            let child = tree.insert(Node {
+                key,
+                dir: true,
+                size: 0,
+                mtime: dir.mtime,
+            });
+            kids.push((name, child));
+        }
+        for o in &listing.objects {
+            let Some(key) = rel(&o.location) else {
+                continue;
+            };
+            let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
+            // A directory marker (`dir/` as an object) or the mounted key.
+            if name.is_empty() || key == dir.key {
+                continue;
+            }
+            let mtime =
+                UNIX_EPOCH + Duration::from_millis(o.last_modified.timestamp_millis() as u64);
+            let child = tree.insert(Node {
+                key,
+                dir: false,
+                size: o.size,
+                mtime,
+            });
+            kids.push((name, child));
+        }
+        tree.children.insert(ino, kids.clone());
+        Ok(kids)
+    }
+
+    /// Directory `ino`'s children, listed if they were not yet.
+    fn children(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
+        if let Some(k) = self
+            .tree
+            .read()
+            .ok()
+            .and_then(|t| t.children.get(&ino).cloned())
+        {
+            return Ok(k);
+        }
+        self.list(ino)
+    }
+
+    fn attr(&self, ino: u64, n: &Node) -> FileAttr {
+        FileAttr {
+            ino: INodeNo(ino),
+            size: n.size,
+            blocks: n.size.div_ceil(512),
+            atime: n.mtime,
+            mtime: n.mtime,
+            ctime: n.mtime,
+            crtime: n.mtime,
+            kind: if n.dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            },
+            perm: if n.dir { 0o555 } else { 0o444 },
+            nlink: if n.dir { 2 } else { 1 },
+            uid: self.uid,
+            gid: self.gid,
+            rdev: 0,
+            flags: 0,
+            blksize: 1 << 20,
+        }
+    }
+}
+
+/// The errno a failed call returns: the system's own where there is one,
+/// else EIO (a store that failed after its retries, a changed object).
+fn errno_of(e: &io::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+impl Filesystem for ObjectFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_readahead(KERNEL_READAHEAD);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let kids = match self.children(parent.0) {
+            Ok(k) => k,
+            Err(e) => return reply.error(errno_of(&e)),
+        };
+        let found = kids
+            .iter()
+            .find(|(n, _)| OsStr::new(n) == name)
+            .and_then(|&(_, ino)| Some((ino, self.node(ino)?)));
+        match found {
+            Some((ino, n)) => reply.entry(&TTL, &self.attr(ino, &n), fuser::Generation(0)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.node(ino.0) {
+            Some(n) => reply.attr(&TTL, &self.attr(ino.0, &n)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        let Some(n) = self.node(ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if n.dir {
+            return reply.error(Errno::EISDIR);
+        }
+        let key = format!("{}{}", self.prefix, n.key);
+        let name = format!("{}/{}", self.url.trim_end_matches('/'), n.key);
+        match self
+            .engine
+            .open_object(self.store.clone(), ObjectPath::from(key), &name)
+        {
+            Ok(file) => {
+                // The object as it is now: a size other than the listing's
+                // means it changed; the kernel must not keep old pages.
+                let same = file.len() == n.size;
+                let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                self.handles
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fh, file);
+                let flags = if same {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), flags);
+            }
+            Err(e) => reply.error(Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let file = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .cloned();
+        let Some(file) = file else {
+            return reply.error(Errno::EBADF);
+        };
+        let mut buf = vec![0u8; size as usize];
+        // read_at returns fewer bytes only at the end of the object.
+        match file.read_at(&mut buf, offset) {
+            Ok(n) => reply.data(&buf[..n]),
+            Err(e) => reply.error(Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: fuser::ReplyEmpty,
+    ) {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        reply.ok();
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // `ls` sees the store as it is now.
+        match self.list(ino.0) {
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno_of(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let kids = match self.children(ino.0) {
+            Ok(k) => k,
+            Err(e) => return reply.error(errno_of(&e)),
+        };
+        let parent = ino.0; // `..` of the root is outside; the kernel fixes it
+        let mut all: Vec<(u64, FileType, String)> = vec![
+            (ino.0, FileType::Directory, ".".into()),
+            (parent, FileType::Directory, "..".into()),
+        ];
+        for (name, child) in kids {
+            let dir = self.node(child).is_some_and(|n| n.dir);
+            let kind = if dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            };
+            all.push((child, kind, name));
+        }
+        for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+/// Mounts `fs` on `mountpoint` and serves it until it is unmounted
+/// (`fusermount3 -u`, `umount`, or [`unmount`] from a signal handler's
+/// thread).
+pub fn serve(fs: ObjectFs, mountpoint: &Path, opts: &MountOptions) -> io::Result<()> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::FSName(format!("ahead:{}", fs.url)),
+        MountOption::Subtype("ahead".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+    ];
+    if opts.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(opts.threads.max(1));
+    fuser::mount(fs, mountpoint, &config)
+}
+
+/// Unmounts `mountpoint` (the mount [`serve`] is serving, which then
+/// returns): `fusermount3 -u`, else as root `umount2` detached.
+pub fn unmount(mountpoint: &Path) -> io::Result<()> {
+    let ok = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg("-z")
+        .arg(mountpoint)
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Ok(());
+    }
+    rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH).map_err(io::Error::from)
+}
