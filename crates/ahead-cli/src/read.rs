@@ -23,9 +23,9 @@ pub struct EngineArgs {
     /// ahead's cache budget (e.g. 256m, 1g).
     #[arg(long, default_value = "256m")]
     pub cache: String,
-    /// ahead's largest readahead window.
-    #[arg(long = "max-readahead", default_value = "4m")]
-    pub max_readahead: String,
+    /// ahead's largest readahead window [default: 4m; 16m for mount].
+    #[arg(long = "max-readahead")]
+    pub max_readahead: Option<String>,
     /// ahead's I/O backend: auto, uring or pool.
     #[arg(long, default_value = "auto")]
     pub backend: String,
@@ -44,7 +44,10 @@ impl EngineArgs {
             .with_policy(policy)
             .with_backend(backend)
             .with_cache_bytes(parse_size(&self.cache).context("--cache")?)
-            .with_max_readahead(parse_size(&self.max_readahead).context("--max-readahead")?)
+            .with_max_readahead(
+                parse_size(self.max_readahead.as_deref().unwrap_or("4m"))
+                    .context("--max-readahead")?,
+            )
             .with_registered_buffers(!self.no_registered_buffers))
     }
 }

@@ -87,8 +87,8 @@ struct Tree {
     /// (directory, file) key → inode, so that a key keeps its number
     /// across listings.
     by_key: HashMap<(bool, String), u64>,
-    /// A directory's children, once listed: name → inode.
-    children: HashMap<u64, Vec<(String, u64)>>,
+    /// A directory's children, once listed (name → inode), and when.
+    children: HashMap<u64, (std::time::Instant, Vec<(String, u64)>)>,
     next: u64,
 }
 
@@ -122,6 +122,7 @@ pub struct ObjectFs {
     next_handle: AtomicU64,
     uid: u32,
     gid: u32,
+    metadata_ttl: Duration,
 }
 
 impl ObjectFs {
@@ -161,6 +162,7 @@ impl ObjectFs {
             next_handle: AtomicU64::new(1),
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
+            metadata_ttl: TTL,
         };
         // The store must answer now, not at the first `ls`.
         fs.list(1)?;
@@ -224,21 +226,30 @@ impl ObjectFs {
             });
             kids.push((name, child));
         }
-        tree.children.insert(ino, kids.clone());
+        tree.children
+            .insert(ino, (std::time::Instant::now(), kids.clone()));
         Ok(kids)
     }
 
-    /// Directory `ino`'s children, listed if they were not yet.
+    /// Directory `ino`'s children, listed again if they were not yet or
+    /// their listing is older than the metadata TTL.
     fn children(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
-        if let Some(k) = self
-            .tree
-            .read()
-            .ok()
-            .and_then(|t| t.children.get(&ino).cloned())
-        {
+        if let Some(k) = self.tree.read().ok().and_then(|t| {
+            t.children
+                .get(&ino)
+                .filter(|(at, _)| at.elapsed() < self.metadata_ttl)
+                .map(|(_, k)| k.clone())
+        }) {
             return Ok(k);
         }
         self.list(ino)
+    }
+
+    /// How long a directory's listing answers lookups before the store is
+    /// asked again (default 1 s, mountpoint-s3's default metadata TTL).
+    pub fn with_metadata_ttl(mut self, ttl: Duration) -> ObjectFs {
+        self.metadata_ttl = ttl;
+        self
     }
 
     fn attr(&self, ino: u64, n: &Node) -> FileAttr {
