@@ -27,6 +27,11 @@ pub struct MountArgs {
     /// is listed again, in seconds (`ls` always lists again).
     #[arg(long, default_value_t = 1.0)]
     metadata_ttl: f64,
+    /// Return once the file system is mounted, serving it from a process
+    /// in the background (its errors then go to the syslog-less void:
+    /// run without --daemon to see them).
+    #[arg(long)]
+    daemon: bool,
     /// Let other users read the files (needs root, or user_allow_other in
     /// /etc/fuse.conf).
     #[arg(long)]
@@ -43,6 +48,9 @@ pub struct MountArgs {
 /// -u DIR`, `umount DIR`) or the process gets SIGINT, SIGTERM or SIGHUP,
 /// which unmount it.
 pub fn run(args: MountArgs) -> Result<()> {
+    if args.daemon {
+        return daemonize(&args.mountpoint);
+    }
     let options = args
         .options
         .iter()
@@ -101,4 +109,56 @@ pub fn run(args: MountArgs) -> Result<()> {
     );
     ahead_mount::serve(fs, &args.mountpoint, &opts)
         .with_context(|| format!("mounting on {}", args.mountpoint.display()))
+}
+
+/// `--daemon`: runs this same command without `--daemon` in a process
+/// group of its own, its standard error into an unlinked temporary file
+/// (read back if it fails before mounting; a closed pipe would make its
+/// later messages fail), and returns once `mountpoint` is mounted,
+/// printing the process's id.
+fn daemonize(mountpoint: &std::path::Path) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("finding the ahead binary")?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--daemon")
+        .collect();
+    let mut log = tempfile::tempfile().context("a temporary file for the mount's errors")?;
+    let mut child = std::process::Command::new(exe)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log.try_clone()?)
+        .process_group(0)
+        .spawn()
+        .context("starting the mount's process")?;
+    let at =
+        std::fs::canonicalize(mountpoint).with_context(|| format!("{}", mountpoint.display()))?;
+    let start = std::time::Instant::now();
+    loop {
+        if is_mounted(&at) {
+            outln!("{}", child.id());
+            return Ok(());
+        }
+        if let Some(status) = child.try_wait()? {
+            use std::io::{Read, Seek};
+            let mut err = String::new();
+            let _ = log.seek(std::io::SeekFrom::Start(0));
+            let _ = log.read_to_string(&mut err);
+            anyhow::bail!("the mount's process exited ({status}): {}", err.trim());
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            anyhow::bail!("{} was not mounted within 60 s", at.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether `dir` (canonical) is a mount point now.
+fn is_mounted(dir: &std::path::Path) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().nth(4) == dir.to_str())
+    })
 }

@@ -205,3 +205,49 @@ fn a_missing_bucket_or_a_file_as_mountpoint_is_a_clear_error() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
 }
+
+/// `--daemon` returns once the bucket is mounted, printing the serving
+/// process's id; an unmount ends that process. A mount that cannot start
+/// is the command's error, with the reason.
+#[test]
+fn daemon_returns_once_mounted_and_ends_with_the_unmount() {
+    if !fuse_ok() {
+        return;
+    }
+    let work = scratch();
+    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
+    server.put("bkt", "a", b"hello\n".to_vec()).unwrap();
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["mount", "--daemon", "s3://bkt"])
+        .arg(&dir)
+        .args(["--cache", "32m"])
+        .envs(server.env())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(mounted(&dir));
+    let pid: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(std::fs::read(dir.join("a")).unwrap(), b"hello\n");
+    let st = Command::new("umount").arg(&dir).status().unwrap();
+    assert!(st.success());
+    let start = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z")
+    {
+        assert!(start.elapsed() < Duration::from_secs(30), "still serving");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["mount", "--daemon", "s3://nobucket"])
+        .arg(&dir)
+        .envs(server.env())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nobucket"), "{}", stderr(&o));
+    assert!(!mounted(&dir));
+}
