@@ -251,3 +251,38 @@ fn daemon_returns_once_mounted_and_ends_with_the_unmount() {
     assert!(stderr(&o).contains("nobucket"), "{}", stderr(&o));
     assert!(!mounted(&dir));
 }
+
+/// A store that answers every GET with 503: a read on the mount fails with
+/// EIO once the engine's retries are spent (five, backing off), it does
+/// not hang, and
+/// the mount still answers and unmounts.
+#[test]
+fn a_failing_store_is_eio_not_a_hang() {
+    if !fuse_ok() {
+        return;
+    }
+    let work = scratch();
+    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
+    let mut data = vec![0u8; 1 << 20];
+    testdata::fill(&mut data, 0);
+    server.put("bkt", "f", data).unwrap();
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    let child = mount(&server, "s3://bkt", &dir);
+    let f = std::fs::File::open(dir.join("f")).unwrap();
+    server.faults().fail_share(1.0);
+    let mut buf = vec![0u8; 4096];
+    let e = f.read_exact_at(&mut buf, 0).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(
+        server
+            .faults()
+            .failed
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 1
+    );
+    // The mount itself still answers.
+    assert_eq!(std::fs::metadata(dir.join("f")).unwrap().len(), 1 << 20);
+    drop(f);
+    stop(child, &dir);
+}
