@@ -254,8 +254,7 @@ fn daemon_returns_once_mounted_and_ends_with_the_unmount() {
 
 /// A store that answers every GET with 503: a read on the mount fails with
 /// EIO once the engine's retries are spent (five, backing off), it does
-/// not hang, and
-/// the mount still answers and unmounts.
+/// not hang, and the mount still answers and unmounts.
 #[test]
 fn a_failing_store_is_eio_not_a_hang() {
     if !fuse_ok() {
