@@ -27,6 +27,10 @@ pub struct MountArgs {
     /// is listed again, in seconds (`ls` always lists again).
     #[arg(long, default_value_t = 1.0)]
     metadata_ttl: f64,
+    /// Bypass the kernel's page cache and readahead for the files
+    /// (FOPEN_DIRECT_IO): every read reaches ahead as the program made it.
+    #[arg(long)]
+    direct_io: bool,
     /// Return once the file system is mounted, serving it from a process
     /// in the background (its errors then go to the syslog-less void:
     /// run without --daemon to see them).
@@ -80,6 +84,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let engine = ahead::Engine::new(config)?;
     let fs = ahead_mount::ObjectFs::new(&args.url, &options, engine)
         .with_context(|| args.url.clone())?
+        .with_direct_io(args.direct_io)
         .with_metadata_ttl(std::time::Duration::from_secs_f64(
             args.metadata_ttl.clamp(0.0, 1e9),
         ));

@@ -123,6 +123,7 @@ pub struct ObjectFs {
     uid: u32,
     gid: u32,
     metadata_ttl: Duration,
+    direct_io: bool,
 }
 
 impl ObjectFs {
@@ -163,6 +164,7 @@ impl ObjectFs {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             metadata_ttl: TTL,
+            direct_io: false,
         };
         // The store must answer now, not at the first `ls`.
         fs.list(1)?;
@@ -243,6 +245,15 @@ impl ObjectFs {
             return Ok(k);
         }
         self.list(ino)
+    }
+
+    /// Opens files with FOPEN_DIRECT_IO: the kernel's page cache and its
+    /// readahead stay out, and each of the program's reads reaches the
+    /// engine as the program made it (mmap of a file is then refused on
+    /// kernels before 6.6).
+    pub fn with_direct_io(mut self, on: bool) -> ObjectFs {
+        self.direct_io = on;
+        self
     }
 
     /// How long a directory's listing answers lookups before the store is
@@ -336,7 +347,9 @@ impl Filesystem for ObjectFs {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .insert(fh, file);
-                let flags = if same {
+                let flags = if self.direct_io {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else if same {
                     FopenFlags::FOPEN_KEEP_CACHE
                 } else {
                     FopenFlags::empty()
