@@ -6,7 +6,7 @@
 mod common;
 
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,30 @@ fn mounted(dir: &Path) -> bool {
         .unwrap()
         .lines()
         .any(|l| l.split_whitespace().nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// A scratch directory, the embedded server with bucket `bkt` holding
+/// `objects`, and an empty `mnt` directory in the scratch.
+fn bucket(objects: Vec<(&str, Vec<u8>)>) -> (tempfile::TempDir, Server, PathBuf) {
+    let work = scratch();
+    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
+    for (key, bytes) in objects {
+        server.put("bkt", key, bytes).unwrap();
+    }
+    let dir = work.path().join("mnt");
+    std::fs::create_dir(&dir).unwrap();
+    (work, server, dir)
+}
+
+/// `ahead mount ARGS… DIR` against `server`, run to its end.
+fn mount_output(server: &Server, args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .arg("mount")
+        .args(args)
+        .arg(dir)
+        .envs(server.env())
+        .output()
+        .unwrap()
 }
 
 /// `ahead mount s3://BUCKET DIR` against `server`, waited for.
@@ -78,17 +102,13 @@ fn a_mounted_bucket_reads_byte_for_byte_in_every_direction() {
     if !fuse_ok() {
         return;
     }
-    let work = scratch();
-    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
     let size = (5 << 20) + 4321;
     let mut data = vec![0u8; size];
     testdata::fill(&mut data, 0);
-    server.put("bkt", "dir/sub/big", data.clone()).unwrap();
-    server
-        .put("bkt", "top.txt", b"one\ntwo\nthree\n".to_vec())
-        .unwrap();
-    let dir = work.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
+    let (_work, server, dir) = bucket(vec![
+        ("dir/sub/big", data),
+        ("top.txt", b"one\ntwo\nthree\n".to_vec()),
+    ]);
     let child = mount(&server, "s3://bkt", &dir);
 
     let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -151,14 +171,10 @@ fn an_object_replaced_under_an_open_file_is_an_error_not_mixed_bytes() {
     if !fuse_ok() {
         return;
     }
-    let work = scratch();
-    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
     let size = 8 << 20;
     let mut data = vec![0u8; size];
     testdata::fill(&mut data, 0);
-    server.put("bkt", "f", data).unwrap();
-    let dir = work.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
+    let (_work, server, dir) = bucket(vec![("f", data)]);
     let child = mount(&server, "s3://bkt", &dir);
     let f = std::fs::File::open(dir.join("f")).unwrap();
     let mut buf = vec![0u8; 4096];
@@ -181,27 +197,14 @@ fn a_missing_bucket_or_a_file_as_mountpoint_is_a_clear_error() {
     if !fuse_ok() {
         return;
     }
-    let work = scratch();
-    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
-    let dir = work.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(["mount", "s3://nobucket"])
-        .arg(&dir)
-        .envs(server.env())
-        .output()
-        .unwrap();
+    let (work, server, dir) = bucket(vec![]);
+    let o = mount_output(&server, &["s3://nobucket"], &dir);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("s3://nobucket"), "{}", stderr(&o));
     assert!(!mounted(&dir));
     let file = work.path().join("file");
     std::fs::write(&file, b"").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(["mount", "s3://bkt"])
-        .arg(&file)
-        .envs(server.env())
-        .output()
-        .unwrap();
+    let o = mount_output(&server, &["s3://bkt"], &file);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not a directory"), "{}", stderr(&o));
 }
@@ -214,18 +217,8 @@ fn daemon_returns_once_mounted_and_ends_with_the_unmount() {
     if !fuse_ok() {
         return;
     }
-    let work = scratch();
-    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
-    server.put("bkt", "a", b"hello\n".to_vec()).unwrap();
-    let dir = work.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(["mount", "--daemon", "s3://bkt"])
-        .arg(&dir)
-        .args(["--cache", "32m"])
-        .envs(server.env())
-        .output()
-        .unwrap();
+    let (_work, server, dir) = bucket(vec![("a", b"hello\n".to_vec())]);
+    let o = mount_output(&server, &["--daemon", "--cache", "32m", "s3://bkt"], &dir);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(mounted(&dir));
     let pid: i32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
@@ -241,12 +234,7 @@ fn daemon_returns_once_mounted_and_ends_with_the_unmount() {
         assert!(start.elapsed() < Duration::from_secs(30), "still serving");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(["mount", "--daemon", "s3://nobucket"])
-        .arg(&dir)
-        .envs(server.env())
-        .output()
-        .unwrap();
+    let o = mount_output(&server, &["--daemon", "s3://nobucket"], &dir);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nobucket"), "{}", stderr(&o));
     assert!(!mounted(&dir));
@@ -260,13 +248,9 @@ fn a_failing_store_is_eio_not_a_hang() {
     if !fuse_ok() {
         return;
     }
-    let work = scratch();
-    let server = Server::start(&work.path().join("store"), &["bkt"]).unwrap();
     let mut data = vec![0u8; 1 << 20];
     testdata::fill(&mut data, 0);
-    server.put("bkt", "f", data).unwrap();
-    let dir = work.path().join("mnt");
-    std::fs::create_dir(&dir).unwrap();
+    let (_work, server, dir) = bucket(vec![("f", data)]);
     let child = mount(&server, "s3://bkt", &dir);
     let f = std::fs::File::open(dir.join("f")).unwrap();
     server.faults().fail_share(1.0);
