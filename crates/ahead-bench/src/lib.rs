@@ -2,7 +2,8 @@
 //!
 //! Read workloads on real files through the kernel's paths and ahead's
 //! ([`workload`], [`suite`]), the mixed cached/uncached workload
-//! ([`mix`], [`mix_suite`]), copies against cp and nbdcopy
+//! ([`mix`], [`mix_suite`]), cold sequential reads on the uncapped
+//! device judged by each side's best run ([`fast_suite`]), copies against cp and nbdcopy
 //! ([`copy_suite`]), the steady device of `--device` ([`device`]), the
 //! stress test that checks every byte under load ([`stress`]), and
 //! plain-text tables and SVG plots ([`report`]), shared by `ahead read`,
@@ -22,6 +23,7 @@
 pub mod copy_suite;
 pub mod device;
 mod error;
+pub mod fast_suite;
 pub mod mix;
 pub mod mix_suite;
 pub mod remote_suite;

@@ -65,6 +65,10 @@ enum BenchWhat {
     /// in flight by ahead's Buffered mode, a thread pool, io_uring and blocking
     /// preads.
     Mix(ahead_bench::mix_suite::MixArgs),
+    /// Cold sequential 4 KiB and 128 KiB reads on the device as it is (not
+    /// capped): the kernel's buffered pread loop and ahead's Direct mode,
+    /// alternated, throughput and CPU, the best run of each side.
+    Fast(ahead_bench::fast_suite::FastArgs),
     /// Objects in an S3-compatible store behind a network of known latency
     /// and bandwidth: ahead, object_store's BufReader and one GET per read,
     /// beside what the network allows.
@@ -81,6 +85,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.what {
         Some(BenchWhat::Copy(c)) => return Ok(ahead_bench::copy_suite::run(c)?),
         Some(BenchWhat::Mix(m)) => return Ok(ahead_bench::mix_suite::run(m)?),
+        Some(BenchWhat::Fast(f)) => {
+            return Ok(ahead_bench::fast_suite::run(f, &args.engine.config()?)?)
+        }
         Some(BenchWhat::Remote(r)) => return Ok(ahead_bench::remote_suite::main(r).map(|_| ())?),
         Some(BenchWhat::Serve(s)) => return Ok(ahead_bench::remote_suite::serve(s)?),
         None => {}

@@ -1,0 +1,223 @@
+//! `ahead bench fast`: cold sequential reads on the device as it is (no
+//! cap), the kernel's buffered `pread` loop beside ahead's Direct mode, in 4
+//! KiB and 128 KiB requests. Each side is judged by its best run, as
+//! docs/measuring.md says for the "fast device": the host holds the file in
+//! some runs and not in others, and a side's best run is the one where it
+//! did, which is what a user on a real NVMe drive gets every time. Runs
+//! alternate (kernel, ahead, kernel, ahead, …) so both sides see the same
+//! host. CPU is the whole process's user + system time over the run
+//! (getrusage): every thread of the engine counts.
+
+use std::path::{Path, PathBuf};
+
+use crate::report::Table;
+use crate::workload::{self, Engine, Measurement, Pattern, Workload};
+use crate::Result;
+use ahead::units::{format_size, parse_size};
+use ahead::EngineConfig;
+use clap::Args;
+
+/// Arguments of `ahead bench fast`.
+#[derive(Args, Debug, Clone)]
+pub struct FastArgs {
+    /// Read this file (at least 64 MiB) instead of generating one.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Size of the generated file.
+    #[arg(long, default_value = "1g", value_parser = parse_size)]
+    size: u64,
+    /// Where to generate it (default: the system's temporary directory if
+    /// it supports O_DIRECT, else the current directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Runs of each side for each request size (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Request sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "4k,128k")]
+    bs: Vec<String>,
+    /// Write the rows as a JSON array to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One request size: every run of each side.
+pub struct FastRow {
+    /// Request size in bytes.
+    pub bs: u64,
+    /// The kernel's runs, in order.
+    pub kernel: Vec<Measurement>,
+    /// ahead's runs, in order.
+    pub ahead: Vec<Measurement>,
+}
+
+fn best(runs: &[Measurement], f: impl Fn(&Measurement) -> Option<f64>, most: bool) -> f64 {
+    let v = runs.iter().filter_map(f);
+    let b = if most {
+        v.fold(f64::NAN, f64::max)
+    } else {
+        v.fold(f64::NAN, f64::min)
+    };
+    if b.is_nan() {
+        0.0
+    } else {
+        b
+    }
+}
+
+impl FastRow {
+    /// (best MB/s, least CPU seconds) of the kernel's runs and of ahead's.
+    pub fn bests(&self) -> [(f64, f64); 2] {
+        [&self.kernel, &self.ahead].map(|r| {
+            (
+                best(r, |m| Some(m.mb_s()), true),
+                best(r, |m| m.cpu_s, false),
+            )
+        })
+    }
+
+    /// The row as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        let [(k_mb, k_cpu), (a_mb, a_cpu)] = self.bests();
+        let runs = |r: &[Measurement]| -> Vec<serde_json::Value> {
+            r.iter()
+                .map(|m| serde_json::json!({"mb_s": m.mb_s(), "cpu_s": m.cpu_s}))
+                .collect()
+        };
+        serde_json::json!({
+            "pattern": "seq",
+            "bs": self.bs,
+            "device": "as it is (not capped)",
+            "kernel": {"best_mb_s": k_mb, "best_cpu_s": k_cpu, "runs": runs(&self.kernel)},
+            "ahead": {"best_mb_s": a_mb, "best_cpu_s": a_cpu, "runs": runs(&self.ahead)},
+            "throughput_ratio": ratio(a_mb, k_mb),
+            "cpu_ratio": ratio(a_cpu, k_cpu),
+        })
+    }
+}
+
+fn ratio(a: f64, b: f64) -> Option<f64> {
+    (a > 0.0 && b > 0.0).then(|| a / b)
+}
+
+/// Measures every request size on `path`, alternating the two sides, and
+/// returns the rows; `progress` gets a line per run.
+pub fn measure(
+    path: &Path,
+    config: &EngineConfig,
+    sizes: &[u64],
+    reps: usize,
+    mut progress: impl FnMut(String),
+) -> Result<Vec<FastRow>> {
+    let ahead = Engine::Ahead {
+        config: config.clone(),
+        zero_copy: false,
+        mode: ahead::Mode::Direct,
+    };
+    let mut rows = Vec::new();
+    for &bs in sizes {
+        let w = Workload::new(Pattern::Seq, bs);
+        let mut row = FastRow {
+            bs,
+            kernel: Vec::new(),
+            ahead: Vec::new(),
+        };
+        for rep in 0..reps.max(1) {
+            for (engine, runs) in [(&Engine::Kernel, &mut row.kernel), (&ahead, &mut row.ahead)] {
+                let m = workload::run(path, engine, &w)?;
+                progress(format!(
+                    "seq {} run {}: {:<7} {:>8.1} MB/s, CPU {}",
+                    format_size(bs),
+                    rep + 1,
+                    engine.name(),
+                    m.mb_s(),
+                    m.cpu_s.map_or("?".into(), |c| format!("{c:.3} s")),
+                ));
+                runs.push(m);
+            }
+        }
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// The table of best figures and ratios.
+pub fn table(rows: &[FastRow]) -> String {
+    let mut t = Table::new(&[
+        "pattern",
+        "bs",
+        "kernel MB/s",
+        "ahead MB/s",
+        "ratio",
+        "kernel CPU s",
+        "ahead CPU s",
+        "CPU ratio",
+    ]);
+    let x = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+    for r in rows {
+        let [(k_mb, k_cpu), (a_mb, a_cpu)] = r.bests();
+        t.row(vec![
+            "seq, cold".into(),
+            format_size(r.bs),
+            format!("{k_mb:.1}"),
+            format!("{a_mb:.1}"),
+            x(ratio(a_mb, k_mb)),
+            format!("{k_cpu:.3}"),
+            format!("{a_cpu:.3}"),
+            x(ratio(a_cpu, k_cpu)),
+        ]);
+    }
+    t.render()
+}
+
+/// `ahead bench fast`.
+pub fn run(args: FastArgs, config: &EngineConfig) -> Result<()> {
+    let mut sizes = Vec::new();
+    for s in &args.bs {
+        let bs = parse_size(s).map_err(|e| crate::Error::msg(format!("--bs {s}: {e}")))?;
+        if bs == 0 || bs % 4096 != 0 {
+            return Err(format!("--bs {s}: a multiple of 4 KiB").into());
+        }
+        sizes.push(bs);
+    }
+    let (path, _work) = match &args.file {
+        Some(f) => (f.clone(), None),
+        None => {
+            let dir = match &args.dir {
+                Some(d) => d.clone(),
+                None => crate::workdir::default_dir()?,
+            };
+            let work = crate::workdir::private_dir(&dir, "ahead-bench-fast-")?;
+            let path = work.path().join("data");
+            eprintln!(
+                "generating {} test file {} ...",
+                format_size(args.size),
+                path.display()
+            );
+            ahead::testdata::write_file(&path, args.size)
+                .map_err(|e| crate::Error::msg(format!("write {}: {e}", path.display())))?;
+            (path, Some(work))
+        }
+    };
+    let size = std::fs::metadata(&path)
+        .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?
+        .len();
+    if size < (64 << 20) {
+        return Err(format!("{}: at least 64 MiB needed", path.display()).into());
+    }
+    let rows = measure(&path, config, &sizes, args.reps, |l| eprintln!("{l}"))?;
+    print!("{}", table(&rows));
+    println!(
+        "file {} ({}), cold (evicted before each run), the device as it is (not capped), \
+         {} alternated run(s) per side, best of each side",
+        path.display(),
+        format_size(size),
+        args.reps.max(1)
+    );
+    if let Some(j) = &args.json {
+        let v: Vec<serde_json::Value> = rows.iter().map(FastRow::json).collect();
+        std::fs::write(j, serde_json::to_string_pretty(&v).unwrap_or_default())
+            .map_err(|e| crate::Error::msg(format!("{}: {e}", j.display())))?;
+    }
+    Ok(())
+}
