@@ -66,8 +66,8 @@ fn free_frames(inner: &mut Inner, frames: impl Iterator<Item = u32>) {
 fn stale(fp: &mut FilePages, plan: &Plan) -> Vec<u32> {
     for k in 0..plan.frames.len() {
         let index = plan.first + k as u64;
-        if matches!(fp.pages.get(&index), Some(Slot::Reading { .. })) {
-            fp.pages.remove(&index);
+        if matches!(fp.pages.get(index), Some(Slot::Reading { .. })) {
+            fp.pages.remove(index);
         }
     }
     plan.frames.clone()
@@ -92,7 +92,7 @@ fn landed(
             fp.size = end;
             // Pages that now reach past the end are read under the lock
             // only (it clips them).
-            for (&index, slot) in &fp.pages {
+            for (index, slot) in fp.pages.iter() {
                 if let Slot::Ready { frame, .. } = slot {
                     if (index + 1).saturating_mul(page) > end {
                         hits.retract(*frame);
@@ -105,7 +105,7 @@ fn landed(
     for (k, &frame) in plan.frames.iter().enumerate() {
         let index = plan.first + k as u64;
         let valid = n.saturating_sub(k as u64 * page).min(page);
-        match fp.pages.get(&index).copied() {
+        match fp.pages.get(index).copied() {
             Some(Slot::Reading {
                 speculative,
                 marker,
@@ -124,7 +124,7 @@ fn landed(
             }
             _ => {
                 if !fp.closed {
-                    fp.pages.remove(&index);
+                    fp.pages.remove(index);
                 }
                 release.push(frame);
             }
@@ -143,7 +143,7 @@ fn failed(fp: &mut FilePages, plan: &Plan, errno: i32) -> Vec<u32> {
         for k in 0..plan.frames.len() {
             let index = plan.first + k as u64;
             if plan.speculative {
-                fp.pages.remove(&index);
+                fp.pages.remove(index);
             } else {
                 fp.pages.insert(index, Slot::Failed { errno });
             }

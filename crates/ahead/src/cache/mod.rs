@@ -41,6 +41,7 @@ mod model;
 mod pins;
 mod planner;
 mod stats;
+mod table;
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -78,8 +79,6 @@ impl Hasher for IndexHasher {
     }
 }
 
-type PageMap = HashMap<u64, Slot, BuildHasherDefault<IndexHasher>>;
-
 /// One page's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -106,7 +105,7 @@ pub(crate) enum Slot {
 
 /// What the cache knows of one file.
 pub(crate) struct FilePages {
-    pages: PageMap,
+    pages: table::PageTable,
     /// Facts for the file's readahead policy, handed over at its next call.
     pub(crate) feedback: Vec<Feedback>,
     /// Size of the file in bytes as far as the cache knows (shrinks when a
@@ -224,7 +223,7 @@ impl PageCache {
         self.lock().files.insert(
             id,
             FilePages {
-                pages: PageMap::default(),
+                pages: table::PageTable::default(),
                 feedback: Vec::new(),
                 size,
                 reading: 0,
@@ -390,7 +389,7 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable) -> Option<u
         .expect("victim has an owner");
     inner.eviction.remove(victim);
     let fp = inner.files.get_mut(&file).expect("owner file");
-    let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get(&index).copied() else {
+    let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get(index).copied() else {
         unreachable!("victims are up to date")
     };
     fp.pages.insert(
@@ -409,8 +408,8 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable) -> Option<u
     while inner.shadows.len() > inner.owner.len() {
         let (f, i) = inner.shadows.pop_front().unwrap();
         if let Some(fp) = inner.files.get_mut(&f) {
-            if let Some(Slot::Shadow { .. }) = fp.pages.get(&i) {
-                fp.pages.remove(&i);
+            if let Some(Slot::Shadow { .. }) = fp.pages.get(i) {
+                fp.pages.remove(i);
             }
         }
     }
@@ -427,7 +426,7 @@ impl Inner {
         let fp = self.file(file);
         pages
             .into_iter()
-            .any(|i| matches!(fp.pages.get(&i), Some(Slot::Reading { .. })))
+            .any(|i| matches!(fp.pages.get(i), Some(Slot::Reading { .. })))
     }
 
     pub(crate) fn add_waker(&mut self, w: &Waker) {

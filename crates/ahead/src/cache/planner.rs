@@ -29,7 +29,7 @@ impl Planner<'_> {
     }
 
     pub(super) fn slot(&self, index: u64) -> Option<Slot> {
-        self.fp().pages.get(&index).copied()
+        self.fp().pages.get(index).copied()
     }
 
     /// Plans reads of the absent pages among `first..first + count`; stops
@@ -199,7 +199,7 @@ impl ra::PageTable for Planner<'_> {
             .get_mut(&file)
             .unwrap()
             .pages
-            .get_mut(&index)
+            .get_mut(index)
         {
             *marker = false;
         }
@@ -252,7 +252,7 @@ pub(crate) fn collect(
     let mut got = Vec::new();
     let mut i = from;
     while i < end && got.len() < max_pages {
-        match fp.pages.get_mut(&i) {
+        match fp.pages.get_mut(i) {
             Some(Slot::Ready {
                 frame,
                 len,
@@ -295,7 +295,7 @@ pub(crate) fn collect(
             Some(Slot::Reading { .. }) if got.is_empty() => return Collected::Wait,
             Some(Slot::Failed { errno }) if got.is_empty() => {
                 let errno = *errno;
-                fp.pages.remove(&i);
+                fp.pages.remove(i);
                 return Collected::Failed(i, errno);
             }
             None | Some(Slot::Shadow { .. }) if got.is_empty() => return Collected::Absent(i),
