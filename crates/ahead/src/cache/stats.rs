@@ -48,7 +48,8 @@ pub struct Stats {
     pub hints: u64,
     /// Buffered mode: pages those hints asked for.
     pub hinted_pages: u64,
-    /// Buffered mode: nanoseconds spent in probes.
+    /// Buffered mode: nanoseconds spent in probes, estimated from one probe
+    /// in 16, which is timed.
     pub inline_ns: u64,
     /// Buffered and Uncached modes: nanoseconds spent in blocking reads.
     pub backend_ns: u64,

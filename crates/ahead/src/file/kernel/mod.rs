@@ -94,14 +94,21 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// One probe in this many is timed, for `inline_ns` (an estimate: the
+/// sampled time times this).
+const PROBE_TIMED_EVERY: u64 = 16;
+
 /// Counters of a kernel-mode file. A read the probe serves whole touches
-/// three of them (hits, bytes, time); requests, bytes and probes are sums.
+/// three of them (probes, hits, bytes) and one in [`PROBE_TIMED_EVERY`] a
+/// fourth (time); requests, bytes and probes are sums.
 #[derive(Default)]
 struct Counters {
     probe_hits: AtomicU64,
     probe_misses: AtomicU64,
     inline_bytes: AtomicU64,
     inline_ns: AtomicU64,
+    /// Probes sent, to pick the ones that are timed.
+    probes: AtomicU64,
     backend_reads: AtomicU64,
     backend_bytes: AtomicU64,
     backend_ns: AtomicU64,
