@@ -82,6 +82,20 @@ with h5py.File("array.h5", "r") as f:
     a = f["a"]
     print(float(a[:, 1000:1064].sum()), float(a[2000:2064, :].sum()))
 """)
+
+# 128 MiB read by eight readers on one descriptor, 64 KiB from each of its
+# eight parts in turn (mountpoint-s3 #1886's job, the interleaved-8 job of
+# scripts/bench-mount).
+if not os.path.exists("parts.bin"):
+    with open("parts.bin", "wb") as f:
+        f.write(random.Random(11).randbytes(128 << 20))
+open("interleaved.py", "w").write("""
+import os
+fd = os.open("parts.bin", os.O_RDONLY)
+part = os.fstat(fd).st_size // 8 // 65536 * 65536
+print(sum(len(os.pread(fd, 65536, s * part + k * 65536))
+          for k in range(part // 65536) for s in range(8)))
+""")
 PY
 
 record() {
@@ -97,3 +111,4 @@ record tail-n tail -n 200000 lines.txt
 record python-zipfile-random python3 zipread.py
 record pyarrow-columns python3 pq.py
 record h5py-chunks python3 h5.py
+record python-interleaved-8 python3 interleaved.py

@@ -33,6 +33,10 @@
 //!   for every run of a sweep until the later sweeps come for them; an
 //!   engine that does not know its capacity gets no such columns. Each
 //!   sweep that finds columns read ahead for it evicted reads one fewer.
+//!   A stride that wraps after fewer rows than the table has streams, to
+//!   the page right after its first run, is not a sweep but readers
+//!   interleaved on one handle: it is split into a forward stream per row
+//!   (`split_rows`).
 //! * **Ramp-up** is the kernel's (`init_window`, `next_window`), so a
 //!   plain sequential reader gets exactly the kernel's windows.
 //! * **Request-size awareness** (Bhattacharya's AIO readahead patch,
@@ -240,7 +244,7 @@ impl Policy for StreamTable {
         self.clock += 1;
         self.credit(req);
         let previous = self.current;
-        let found = self.find(req);
+        let mut found = self.find(req);
         let continues = matches!(
             found,
             Some((
@@ -248,7 +252,9 @@ impl Policy for StreamTable {
                 Match::Forward | Match::Backward | Match::Stride | Match::Jitter
             ))
         );
-        if !continues {
+        if !continues && self.split_rows(req) {
+            found = self.find(req);
+        } else if !continues {
             if let Some(slot) = self.next_sweep(req) {
                 self.current = Some(slot);
                 return;

@@ -533,3 +533,41 @@ fn a_miss_always_reads_the_whole_request_in_one_io() {
     assert_eq!(s.demand_ios(), 0);
     assert_eq!(s.first_windows(2), vec![(5000, 100, 0)]);
 }
+
+#[test]
+fn readers_interleaved_on_one_handle_become_forward_streams() {
+    // Eight readers of 16 MiB parts of one file, 64 KiB from each in turn
+    // (mountpoint-s3 #1886's job): a period of exactly 4096 pages, which
+    // the stride rule accepts. Once the first requests wrap, each part is
+    // a forward stream of its own, ramped to the maximum, and no request
+    // after the first two rounds is read on its own.
+    let mut s = Sim::new(PolicyKind::Ahead, 1024, 8 * 4096);
+    s.cache.capacity = Some(60_000);
+    let mut alone_late = 0;
+    for k in 0..256u64 {
+        for row in 0..8u64 {
+            let req = row * 4096 + k * 16;
+            let before = s.windows().len();
+            s.read(req, 16);
+            let only_request = s.windows()[before..]
+                .iter()
+                .any(|w| w.start == req && w.size == 16 && w.async_size == 0);
+            if k >= 2 && only_request {
+                alone_late += 1;
+            }
+        }
+    }
+    assert_eq!(alone_late, 0);
+    assert_eq!(s.demand_ios(), 0);
+    for row in 0..8u64 {
+        let (lo, hi) = (row * 4096, (row + 1) * 4096);
+        let largest = s
+            .windows()
+            .iter()
+            .filter(|w| w.start >= lo && w.start < hi && w.shape == Shape::Forward)
+            .map(|w| w.size)
+            .max()
+            .unwrap_or(0);
+        assert_eq!(largest, 1024, "row {row}");
+    }
+}
