@@ -350,6 +350,9 @@ fn measure_ahead(
         })?
     };
     m.stats = Some(if file.mode() == ahead::Mode::Direct {
+        // The file's own first, which counts the first uses the lock-free
+        // hit path left for its policy's next look (`Engine::stats`).
+        let _ = file.stats();
         eng.stats()
     } else {
         file.stats()

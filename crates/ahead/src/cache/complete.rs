@@ -121,6 +121,14 @@ fn landed(
                     },
                 );
                 eviction.insert(frame);
+                // Whole and unmarked: readers may take it without the lock
+                // from now on, its first use included (counted when the
+                // policy replays the request, `Inner::note_used`).
+                if !marker && valid == page {
+                    if let Some(id) = super::hits::identity(plan.file, index) {
+                        hits.publish(frame, id);
+                    }
+                }
             }
             _ => {
                 if !fp.closed {

@@ -4,10 +4,12 @@
 //! A reader that wants page `index` of `file` looks up a frame in the hint
 //! table, pins it (see [`super::pins`]), and then checks the frame's
 //! identity word. The word holds the page's identity only while the page is
-//! up to date, fills the whole frame, carries no lookahead marker and has
-//! been used once under the lock (a first use is counted, and may be
-//! late); it is written only under the cache's lock, after the frame's
-//! bytes, and cleared before the frame is evicted or dropped. A reader that
+//! up to date, fills the whole frame and carries no lookahead marker; it
+//! is written under the cache's lock when the page's read lands (or at a
+//! use under the lock), after the frame's bytes, and cleared before the
+//! frame is evicted or dropped. A first use of a page read ahead, taken
+//! this way, is counted when the policy replays the request
+//! (`Inner::note_used`). A reader that
 //! finds it holds its page has a pinned frame with the page's bytes; one
 //! that does not drops the pin and takes the locked path. A wrong guess
 //! costs a pin and an unpin; it never returns wrong bytes.

@@ -429,6 +429,25 @@ impl Inner {
             .any(|i| matches!(fp.pages.get(i), Some(Slot::Reading { .. })))
     }
 
+    /// Pages `pages` of `file` were read without the lock (the hit path):
+    /// a page read ahead and not used before is used now, as `collect`
+    /// would have counted it.
+    pub(crate) fn note_used(&mut self, file: FileId, pages: std::ops::Range<u64>) {
+        let Inner { files, totals, .. } = self;
+        let Some(fp) = files.get_mut(&file) else {
+            return;
+        };
+        for i in pages {
+            if let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get_mut(i) {
+                if *unused_ra {
+                    *unused_ra = false;
+                    fp.stats.readahead_used += 1;
+                    totals.readahead_used += 1;
+                }
+            }
+        }
+    }
+
     pub(crate) fn add_waker(&mut self, w: &Waker) {
         if !self.wakers.iter().any(|x| x.will_wake(w)) {
             self.wakers.push(w.clone());

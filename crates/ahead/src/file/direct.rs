@@ -90,7 +90,7 @@ impl File {
         for f in feedback {
             policy.feedback(f);
         }
-        self.replay_hits(policy.as_mut());
+        self.replay_hits(policy.as_mut(), &mut g);
         let mut planner = self.planner(&mut g, file_pages, req);
         let max = shared.max_ra_pages;
         match advice {

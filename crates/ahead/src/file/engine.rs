@@ -462,7 +462,12 @@ impl Engine {
         self.shared.learned_cost()
     }
 
-    /// Counters summed over every file.
+    /// Counters summed over every file. A page read ahead whose first
+    /// use came through the lock-free hit path counts as used
+    /// (`readahead_used`) once its file's policy has seen the request:
+    /// at the file's next read under the lock, at [`File::stats`], or when
+    /// the file closes; until then at most a few dozen requests per file
+    /// and thread are not yet counted here.
     pub fn stats(&self) -> Stats {
         let mut s = self.shared.cache.lock().totals;
         self.shared.served.add_to(&mut s);

@@ -64,9 +64,17 @@ impl Served {
     }
 }
 
-/// Replays one queue of hit-path requests (caller holds the policy's lock).
-pub(super) fn replay_queue(queue: &ArrayQueue<Request>, policy: &mut dyn Policy) {
+/// Replays one queue of hit-path requests of file `file` (caller holds
+/// the policy's lock and `cache`, the cache's): the policy sees each
+/// request, and the cache counts the first uses among its pages.
+pub(super) fn replay_queue(
+    queue: &ArrayQueue<Request>,
+    policy: &mut dyn Policy,
+    cache: &mut crate::cache::Inner,
+    file: crate::cache::FileId,
+) {
     while let Some(req) = queue.pop() {
+        cache.note_used(file, req.index..req.end());
         replay(policy, req);
     }
 }
@@ -105,7 +113,7 @@ impl File {
     /// Each shard's requests stay in their order (one thread's are all in
     /// one shard); shards are taken one after the other, as if their
     /// threads' hits had come in that order.
-    pub(super) fn replay_hits(&self, policy: &mut dyn Policy) {
+    pub(super) fn replay_hits(&self, policy: &mut dyn Policy, cache: &mut crate::cache::Inner) {
         use std::sync::atomic::Ordering;
         let queued = &self.inner.hits_queued;
         // Cleared before the queues are looked at: a request queued after
@@ -117,7 +125,7 @@ impl File {
             return;
         }
         for queue in self.inner.hits_seen.iter() {
-            replay_queue(queue, policy);
+            replay_queue(queue, policy, cache, self.inner.id);
         }
     }
 
@@ -202,7 +210,8 @@ impl File {
         let queue = &inner.hits_seen[shard()];
         if queue.len() >= queue.capacity() / 2 {
             if let Ok(mut policy) = inner.policy.try_lock() {
-                replay_queue(queue, policy.as_mut());
+                let mut g = inner.engine.cache.lock();
+                replay_queue(queue, policy.as_mut(), &mut g, inner.id);
             }
         }
         match queue.push(req) {
@@ -217,7 +226,9 @@ impl File {
             }
             Err(req) => {
                 let mut policy = inner.policy.lock().unwrap();
-                replay_queue(queue, policy.as_mut());
+                let mut g = inner.engine.cache.lock();
+                replay_queue(queue, policy.as_mut(), &mut g, inner.id);
+                g.note_used(inner.id, req.index..req.end());
                 replay(policy.as_mut(), req);
             }
         }

@@ -177,6 +177,16 @@ impl File {
 
 impl Drop for FileInner {
     fn drop(&mut self) {
+        // First uses the hit path took and the policy has not replayed:
+        // counted before the pages go, or they would count as wasted.
+        {
+            let mut g = self.engine.cache.lock();
+            for queue in self.hits_seen.iter() {
+                while let Some(req) = queue.pop() {
+                    g.note_used(self.id, req.index..req.end());
+                }
+            }
+        }
         self.engine.cache.close_file(self.id);
     }
 }
@@ -307,7 +317,12 @@ impl File {
         match self.kernel() {
             Some(k) => k.stats(),
             None => {
-                let mut s = self.inner.engine.cache.lock().file(self.inner.id).stats;
+                // The hit path's requests first, so that their first uses
+                // are counted.
+                let mut policy = self.inner.policy.lock().unwrap();
+                let mut g = self.inner.engine.cache.lock();
+                self.replay_hits(policy.as_mut(), &mut g);
+                let mut s = g.file(self.inner.id).stats;
                 self.inner.served.add_to(&mut s);
                 s
             }
