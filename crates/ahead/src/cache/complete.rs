@@ -121,12 +121,16 @@ fn landed(
                     },
                 );
                 eviction.insert(frame);
+                fp.unused += speculative as u64;
                 // Whole and unmarked: readers may take it without the lock
                 // from now on, its first use included (counted when the
                 // policy replays the request, `Inner::note_used`).
                 if !marker && valid == page {
                     if let Some(id) = super::hits::identity(plan.file, index) {
                         hits.publish(frame, id);
+                        if speculative {
+                            hits.set_fresh(frame);
+                        }
                     }
                 }
             }

@@ -18,7 +18,7 @@
 //! the lock: eviction reads and clears it as it passes the frame (the
 //! `used` argument of [`super::Eviction::victim`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use super::FileId;
 
@@ -43,9 +43,17 @@ pub(crate) struct HitTable {
     /// `ident`; a newer page overwrites an older one in its slot.
     hint: Box<[AtomicU32]>,
     mask: usize,
-    /// Per frame: read without the lock since eviction last looked.
-    accessed: Box<[AtomicBool]>,
+    /// Per frame: [`ACCESSED`] (read without the lock since eviction last
+    /// looked) and [`FRESH`].
+    bits: Box<[AtomicU8]>,
 }
+
+/// A frame's page was read without the lock since eviction last looked.
+const ACCESSED: u8 = 1;
+/// A frame's page was read ahead, published when its read landed, and has
+/// not been used since: the hit path's first use clears it, and only the
+/// reader that clears it counts the use.
+const FRESH: u8 = 2;
 
 impl HitTable {
     pub(crate) fn new(frames: usize) -> HitTable {
@@ -55,7 +63,7 @@ impl HitTable {
             ident: (0..frames).map(|_| AtomicU64::new(0)).collect(),
             hint: (0..slots).map(|_| AtomicU32::new(0)).collect(),
             mask: slots - 1,
-            accessed: (0..frames).map(|_| AtomicBool::new(false)).collect(),
+            bits: (0..frames).map(|_| AtomicU8::new(0)).collect(),
         }
     }
 
@@ -117,19 +125,45 @@ impl HitTable {
         }
     }
 
-    /// Notes a hit on `frame` taken without the lock.
-    pub(crate) fn access(&self, frame: u32) {
-        let bit = &self.accessed[frame as usize];
-        if !bit.load(Ordering::Relaxed) {
-            bit.store(true, Ordering::Relaxed);
+    /// Notes a hit on `frame` taken without the lock; true if it was the
+    /// first use of a page read ahead ([`FRESH`]), for this caller alone.
+    pub(crate) fn access(&self, frame: u32) -> bool {
+        let bits = &self.bits[frame as usize];
+        let v = bits.load(Ordering::Relaxed);
+        if v == ACCESSED {
+            return false;
         }
+        if v & ACCESSED == 0 {
+            bits.fetch_or(ACCESSED, Ordering::Relaxed);
+        }
+        v & FRESH != 0 && bits.fetch_and(!FRESH, Ordering::Relaxed) & FRESH != 0
     }
 
     /// Whether `frame` was hit without the lock since the last call; clears
     /// the bit.
     pub(crate) fn take_access(&self, frame: u32) -> bool {
-        let bit = &self.accessed[frame as usize];
-        bit.load(Ordering::Relaxed) && bit.swap(false, Ordering::Relaxed)
+        let bits = &self.bits[frame as usize];
+        bits.load(Ordering::Relaxed) & ACCESSED != 0
+            && bits.fetch_and(!ACCESSED, Ordering::Relaxed) & ACCESSED != 0
+    }
+
+    /// Caller holds the lock: `frame` holds a page read ahead and not used
+    /// yet, published as it landed.
+    pub(crate) fn set_fresh(&self, frame: u32) {
+        self.bits[frame as usize].fetch_or(FRESH, Ordering::Relaxed);
+    }
+
+    /// Whether `frame` is [`FRESH`].
+    pub(crate) fn is_fresh(&self, frame: u32) -> bool {
+        self.bits[frame as usize].load(Ordering::Relaxed) & FRESH != 0
+    }
+
+    /// Caller holds the lock: `frame`'s page is used (under the lock), or
+    /// the frame goes; whether it was still [`FRESH`] (unused).
+    pub(crate) fn clear_fresh(&self, frame: u32) -> bool {
+        let bits = &self.bits[frame as usize];
+        bits.load(Ordering::Relaxed) & FRESH != 0
+            && bits.fetch_and(!FRESH, Ordering::Relaxed) & FRESH != 0
     }
 }
 
@@ -160,8 +194,17 @@ mod tests {
         t.restore(2, w);
         assert!(t.holds(2, id));
         assert!(!t.take_access(2));
-        t.access(2);
+        assert!(!t.access(2));
         assert!(t.take_access(2));
         assert!(!t.take_access(2));
+        // A page read ahead: its first use is reported once, whoever
+        // takes it, and eviction's bit is separate.
+        t.set_fresh(2);
+        assert!(t.access(2));
+        assert!(!t.access(2));
+        assert!(t.take_access(2));
+        t.set_fresh(2);
+        assert!(t.clear_fresh(2));
+        assert!(!t.access(2));
     }
 }

@@ -113,6 +113,10 @@ pub(crate) struct FilePages {
     pub(crate) size: u64,
     /// Frames of this file with a read in flight.
     reading: usize,
+    /// Up-to-date pages read ahead and not used yet (`unused_ra`): while
+    /// there are none, a replay of the hit path's requests has no first
+    /// use to look for (`Inner::note_used`).
+    unused: u64,
     /// Bumped each time the file's pages are dropped because it changed.
     generation: u64,
     closed: bool,
@@ -227,6 +231,7 @@ impl PageCache {
                 feedback: Vec::new(),
                 size,
                 reading: 0,
+                unused: 0,
                 generation: 0,
                 closed: false,
                 stats: Stats::default(),
@@ -272,19 +277,34 @@ impl PageCache {
         let Some(fp) = inner.files.get_mut(&id) else {
             return 0;
         };
-        let mut wasted = 0;
+        let (mut wasted, mut used) = (0, 0);
         let mut freed = Vec::new();
-        fp.pages.retain(|_, slot| match *slot {
+        let (hits, page) = (&self.hits, self.page);
+        fp.pages.retain(|index, slot| match *slot {
             Slot::Ready {
-                frame, unused_ra, ..
+                frame,
+                unused_ra,
+                marker,
+                len,
             } => {
-                wasted += unused_ra as u64;
+                if unused_ra {
+                    // Used through the hit path, not yet counted: a use.
+                    if used_unseen(hits, (id, index), frame, marker, len, page) {
+                        used += 1;
+                    } else {
+                        wasted += 1;
+                    }
+                }
+                hits.clear_fresh(frame);
                 freed.push(frame);
                 false
             }
             Slot::Reading { .. } => true,
             _ => false,
         });
+        fp.unused = fp.unused.saturating_sub(wasted + used);
+        fp.stats.readahead_used += used;
+        inner.totals.readahead_used += used;
         inner.totals.readahead_wasted += wasted;
         let dropped = freed.len() as u64;
         for f in freed {
@@ -310,13 +330,16 @@ impl PageCache {
     /// unmarked, used before) and the hint table knows its frame. The
     /// caller copies from it and drops the pin with [`PageCache::unpin_each`]
     /// as after a locked read.
-    pub(crate) fn pin_hit(&self, file: FileId, index: u64) -> Option<u32> {
+    ///
+    /// Also returns whether this was the first use of a page read ahead,
+    /// which the caller must report ([`Inner::note_used`], through the
+    /// policy's replay).
+    pub(crate) fn pin_hit(&self, file: FileId, index: u64) -> Option<(u32, bool)> {
         let id = hits::identity(file, index)?;
         let frame = self.hits.guess(id)?;
         self.pins.pin(frame);
         if self.hits.holds(frame, id) {
-            self.hits.access(frame);
-            Some(frame)
+            Some((frame, self.hits.access(frame)))
         } else {
             self.unpin_each(std::iter::once(frame));
             None
@@ -358,8 +381,23 @@ impl PageCache {
     }
 }
 
+/// Whether a page still marked `unused_ra` (read ahead, no use counted)
+/// was in fact used through the hit path, its use not yet replayed: it
+/// was published as it landed (whole and unmarked), and the hit path took
+/// its [`hits`] `FRESH` bit. Caller holds the lock.
+fn used_unseen(
+    hits: &HitTable,
+    at: (FileId, u64),
+    frame: u32,
+    marker: bool,
+    len: u32,
+    page: usize,
+) -> bool {
+    !marker && len as usize == page && hits::identity(at.0, at.1).is_some() && !hits.is_fresh(frame)
+}
+
 /// Takes a free frame, or evicts one; `None` if every frame is busy.
-fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable) -> Option<u32> {
+fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize) -> Option<u32> {
     if let Some(f) = inner.free.pop() {
         return Some(f);
     }
@@ -389,9 +427,24 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable) -> Option<u
         .expect("victim has an owner");
     inner.eviction.remove(victim);
     let fp = inner.files.get_mut(&file).expect("owner file");
-    let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get(index).copied() else {
+    let Some(Slot::Ready {
+        unused_ra,
+        marker,
+        len,
+        ..
+    }) = fp.pages.get(index).copied()
+    else {
         unreachable!("victims are up to date")
     };
+    let seen = unused_ra && used_unseen(hits, (file, index), victim, marker, len, page);
+    hits.clear_fresh(victim);
+    if seen {
+        // Its first use came through the hit path and awaits the replay.
+        fp.unused = fp.unused.saturating_sub(1);
+        fp.stats.readahead_used += 1;
+        inner.totals.readahead_used += 1;
+    }
+    let unused_ra = unused_ra && !seen;
     fp.pages.insert(
         index,
         Slot::Shadow {
@@ -399,6 +452,7 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable) -> Option<u
         },
     );
     if unused_ra {
+        fp.unused = fp.unused.saturating_sub(1);
         fp.stats.readahead_wasted += 1;
         inner.totals.readahead_wasted += 1;
         fp.feedback.push(Feedback::EvictedUnused { index });
@@ -438,9 +492,13 @@ impl Inner {
             return;
         };
         for i in pages {
+            if fp.unused == 0 {
+                return;
+            }
             if let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get_mut(i) {
                 if *unused_ra {
                     *unused_ra = false;
+                    fp.unused -= 1;
                     fp.stats.readahead_used += 1;
                     totals.readahead_used += 1;
                 }

@@ -67,7 +67,12 @@ impl Planner<'_> {
                 complete = false;
                 break;
             }
-            let Some(frame) = take_frame(self.inner, &self.cache.pins, &self.cache.hits) else {
+            let Some(frame) = take_frame(
+                self.inner,
+                &self.cache.pins,
+                &self.cache.hits,
+                self.cache.page,
+            ) else {
                 complete = false;
                 break;
             };
@@ -262,6 +267,8 @@ pub(crate) fn collect(
                 let was_demand = demand.iter().any(|&(s, n)| i >= s && i < s + n);
                 if *unused_ra {
                     *unused_ra = false;
+                    fp.unused = fp.unused.saturating_sub(1);
+                    cache.hits.clear_fresh(*frame);
                     fp.stats.readahead_used += 1;
                     totals.readahead_used += 1;
                     if *waited {

@@ -64,17 +64,25 @@ impl Served {
     }
 }
 
+/// A request the hit path served, and whether it was the first use of a
+/// page read ahead.
+pub(super) type Hit = (Request, bool);
+
 /// Replays one queue of hit-path requests of file `file` (caller holds
-/// the policy's lock and `cache`, the cache's): the policy sees each
-/// request, and the cache counts the first uses among its pages.
+/// the policy's lock): the policy sees each request, and the cache counts
+/// the first uses the hit path took (taking its lock only for those).
 pub(super) fn replay_queue(
-    queue: &ArrayQueue<Request>,
+    queue: &ArrayQueue<Hit>,
     policy: &mut dyn Policy,
-    cache: &mut crate::cache::Inner,
+    cache: &PageCache,
     file: crate::cache::FileId,
 ) {
-    while let Some(req) = queue.pop() {
-        cache.note_used(file, req.index..req.end());
+    let mut g = None;
+    while let Some((req, first_use)) = queue.pop() {
+        if first_use {
+            g.get_or_insert_with(|| cache.lock())
+                .note_used(file, req.index..req.end());
+        }
         replay(policy, req);
     }
 }
@@ -101,7 +109,7 @@ pub(super) const HIT_RETRY_EVERY: u32 = 16;
 pub(super) const HITS_QUEUED: usize = 32;
 
 /// The hit path's queues of a new file.
-pub(super) fn hit_queues() -> Box<[ArrayQueue<Request>]> {
+pub(super) fn hit_queues() -> Box<[ArrayQueue<Hit>]> {
     (0..SHARDS).map(|_| ArrayQueue::new(HITS_QUEUED)).collect()
 }
 
@@ -114,6 +122,7 @@ impl File {
     /// one shard); shards are taken one after the other, as if their
     /// threads' hits had come in that order.
     pub(super) fn replay_hits(&self, policy: &mut dyn Policy, cache: &mut crate::cache::Inner) {
+        let file = self.inner.id;
         use std::sync::atomic::Ordering;
         let queued = &self.inner.hits_queued;
         // Cleared before the queues are looked at: a request queued after
@@ -125,7 +134,12 @@ impl File {
             return;
         }
         for queue in self.inner.hits_seen.iter() {
-            replay_queue(queue, policy, cache, self.inner.id);
+            while let Some((req, first_use)) = queue.pop() {
+                if first_use {
+                    cache.note_used(file, req.index..req.end());
+                }
+                replay(policy, req);
+            }
         }
     }
 
@@ -140,26 +154,28 @@ impl File {
     /// full waits for the lock, so no request is ever left out.
     pub(super) fn read_hit(&self, buf: &mut [u8], offset: u64) -> Option<usize> {
         let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
-        let (first, count) = self.pin_hits(offset, buf.len(), &mut frames)?;
+        let (first, count, first_use) = self.pin_hits(offset, buf.len(), &mut frames)?;
         let frames = &frames[..count];
         let cache = &self.inner.engine.cache;
         // SAFETY: `pin_hits` pinned these frames; they are unpinned below.
         unsafe { copy_out(cache, frames, offset, self.page(), 0, buf) };
         cache.unpin_each(frames.iter().map(|&(f, _)| f));
-        self.hit_done(first, count, buf.len());
+        self.hit_done(first, count, buf.len(), first_use);
         Some(buf.len())
     }
 
     /// The hit path's first half: pins the frames of the `len` bytes at
     /// `offset` (`len` > 0) into `frames` if every page may be read without
-    /// the lock; returns the first page and the page count. `None`, with
-    /// nothing pinned, if any may not.
+    /// the lock; returns the first page, the page count, and whether a page
+    /// was read ahead and used for the first time. `None`, with nothing
+    /// pinned, if any may not (a first use taken then is counted by the
+    /// locked path, which reads the same pages).
     pub(super) fn pin_hits(
         &self,
         offset: u64,
         len: usize,
         frames: &mut [(u32, usize); HIT_MAX_PAGES],
-    ) -> Option<(u64, usize)> {
+    ) -> Option<(u64, usize, bool)> {
         use std::sync::atomic::Ordering::Relaxed;
         let inner = &*self.inner;
         if !inner.hit_path || len == 0 || inner.advised.load(Relaxed) {
@@ -182,9 +198,13 @@ impl File {
             return None;
         }
         let cache = &inner.engine.cache;
+        let mut first_use = false;
         for k in 0..count as usize {
             match cache.pin_hit(inner.id, first + k as u64) {
-                Some(f) => frames[k] = (f, page as usize),
+                Some((f, fresh)) => {
+                    frames[k] = (f, page as usize);
+                    first_use |= fresh;
+                }
                 None => {
                     cache.unpin_each(frames[..k].iter().map(|&(f, _)| f));
                     fails.store(failed.wrapping_add(1), Relaxed);
@@ -195,12 +215,12 @@ impl File {
         if failed != 0 {
             fails.store(0, Relaxed);
         }
-        Some((first, count as usize))
+        Some((first, count as usize, first_use))
     }
 
     /// The hit path's second half: counts the request and queues it for
     /// the policy.
-    pub(super) fn hit_done(&self, first: u64, count: usize, bytes: usize) {
+    pub(super) fn hit_done(&self, first: u64, count: usize, bytes: usize, first_use: bool) {
         use std::sync::atomic::Ordering::Relaxed;
         let inner = &*self.inner;
         inner.served.add_hits(count as u64);
@@ -210,11 +230,10 @@ impl File {
         let queue = &inner.hits_seen[shard()];
         if queue.len() >= queue.capacity() / 2 {
             if let Ok(mut policy) = inner.policy.try_lock() {
-                let mut g = inner.engine.cache.lock();
-                replay_queue(queue, policy.as_mut(), &mut g, inner.id);
+                replay_queue(queue, policy.as_mut(), &inner.engine.cache, inner.id);
             }
         }
-        match queue.push(req) {
+        match queue.push((req, first_use)) {
             Ok(()) => {
                 // Set after the push (SeqCst, as the replay's clear), only
                 // if clear: two threads' hits then share a line they only
@@ -224,11 +243,13 @@ impl File {
                     queued.store(true, std::sync::atomic::Ordering::SeqCst);
                 }
             }
-            Err(req) => {
+            Err((req, first_use)) => {
                 let mut policy = inner.policy.lock().unwrap();
-                let mut g = inner.engine.cache.lock();
-                replay_queue(queue, policy.as_mut(), &mut g, inner.id);
-                g.note_used(inner.id, req.index..req.end());
+                let cache = &inner.engine.cache;
+                replay_queue(queue, policy.as_mut(), cache, inner.id);
+                if first_use {
+                    cache.lock().note_used(inner.id, req.index..req.end());
+                }
                 replay(policy.as_mut(), req);
             }
         }

@@ -90,7 +90,7 @@ struct FileInner {
     /// before its next decision (see [`File::read_hit`]); one queue per
     /// thread shard, so that two threads do not pass its cache lines back
     /// and forth on every hit.
-    hits_seen: Box<[ArrayQueue<Request>]>,
+    hits_seen: Box<[ArrayQueue<hits::Hit>]>,
     /// Set when a request is queued in `hits_seen`, cleared by the replay:
     /// planning skips the queues while it is clear (a cold scan queues
     /// nothing, and looking into eight empty queues per request showed in
@@ -182,8 +182,10 @@ impl Drop for FileInner {
         {
             let mut g = self.engine.cache.lock();
             for queue in self.hits_seen.iter() {
-                while let Some(req) = queue.pop() {
-                    g.note_used(self.id, req.index..req.end());
+                while let Some((req, first_use)) = queue.pop() {
+                    if first_use {
+                        g.note_used(self.id, req.index..req.end());
+                    }
                 }
             }
         }
@@ -507,7 +509,7 @@ impl File {
             });
         }
         let mut frames = [(0u32, 0usize); HIT_MAX_PAGES];
-        if let Some((first, count)) = self.pin_hits(offset, len, &mut frames) {
+        if let Some((first, count, first_use)) = self.pin_hits(offset, len, &mut frames) {
             // The pins go to the lender as they are.
             let mut pages = Vec::with_capacity(count);
             lend(
@@ -517,7 +519,7 @@ impl File {
                 page,
                 &mut pages,
             );
-            self.hit_done(first, count, len);
+            self.hit_done(first, count, len, first_use);
             return Ok(Pages {
                 engine: self.inner.engine.clone(),
                 pages,
