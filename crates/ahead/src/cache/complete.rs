@@ -121,7 +121,6 @@ fn landed(
                     },
                 );
                 eviction.insert(frame);
-                fp.unused += speculative as u64;
                 // Whole and unmarked: readers may take it without the lock
                 // from now on, its first use included (counted when the
                 // policy replays the request, `Inner::note_used`).

@@ -113,10 +113,6 @@ pub(crate) struct FilePages {
     pub(crate) size: u64,
     /// Frames of this file with a read in flight.
     reading: usize,
-    /// Up-to-date pages read ahead and not used yet (`unused_ra`): while
-    /// there are none, a replay of the hit path's requests has no first
-    /// use to look for (`Inner::note_used`).
-    unused: u64,
     /// Bumped each time the file's pages are dropped because it changed.
     generation: u64,
     closed: bool,
@@ -231,7 +227,6 @@ impl PageCache {
                 feedback: Vec::new(),
                 size,
                 reading: 0,
-                unused: 0,
                 generation: 0,
                 closed: false,
                 stats: Stats::default(),
@@ -302,7 +297,6 @@ impl PageCache {
             Slot::Reading { .. } => true,
             _ => false,
         });
-        fp.unused = fp.unused.saturating_sub(wasted + used);
         fp.stats.readahead_used += used;
         inner.totals.readahead_used += used;
         inner.totals.readahead_wasted += wasted;
@@ -440,7 +434,6 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
     hits.clear_fresh(victim);
     if seen {
         // Its first use came through the hit path and awaits the replay.
-        fp.unused = fp.unused.saturating_sub(1);
         fp.stats.readahead_used += 1;
         inner.totals.readahead_used += 1;
     }
@@ -452,7 +445,6 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
         },
     );
     if unused_ra {
-        fp.unused = fp.unused.saturating_sub(1);
         fp.stats.readahead_wasted += 1;
         inner.totals.readahead_wasted += 1;
         fp.feedback.push(Feedback::EvictedUnused { index });
@@ -492,13 +484,9 @@ impl Inner {
             return;
         };
         for i in pages {
-            if fp.unused == 0 {
-                return;
-            }
             if let Some(Slot::Ready { unused_ra, .. }) = fp.pages.get_mut(i) {
                 if *unused_ra {
                     *unused_ra = false;
-                    fp.unused -= 1;
                     fp.stats.readahead_used += 1;
                     totals.readahead_used += 1;
                 }

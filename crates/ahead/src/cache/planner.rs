@@ -267,7 +267,6 @@ pub(crate) fn collect(
                 let was_demand = demand.iter().any(|&(s, n)| i >= s && i < s + n);
                 if *unused_ra {
                     *unused_ra = false;
-                    fp.unused = fp.unused.saturating_sub(1);
                     cache.hits.clear_fresh(*frame);
                     fp.stats.readahead_used += 1;
                     totals.readahead_used += 1;
