@@ -68,9 +68,26 @@ impl Served {
 /// page read ahead.
 pub(super) type Hit = (Request, bool);
 
-/// Replays one queue of hit-path requests of file `file` (caller holds
-/// the policy's lock): the policy sees each request, and the cache counts
-/// the first uses the hit path took (taking its lock only for those).
+/// Empties one queue of hit-path requests, oldest first: `first_use`
+/// gets each request that took a page read ahead for the first time (to
+/// count it in the cache), then the policy, if any, sees the request.
+pub(super) fn drain(
+    queue: &ArrayQueue<Hit>,
+    mut policy: Option<&mut dyn Policy>,
+    mut first_use: impl FnMut(Request),
+) {
+    while let Some((req, first)) = queue.pop() {
+        if first {
+            first_use(req);
+        }
+        if let Some(p) = policy.as_deref_mut() {
+            replay(p, req);
+        }
+    }
+}
+
+/// [`drain`] into `policy` (caller holds its lock), taking the cache's
+/// lock only if a request has a first use to count.
 pub(super) fn replay_queue(
     queue: &ArrayQueue<Hit>,
     policy: &mut dyn Policy,
@@ -78,13 +95,10 @@ pub(super) fn replay_queue(
     file: crate::cache::FileId,
 ) {
     let mut g = None;
-    while let Some((req, first_use)) = queue.pop() {
-        if first_use {
-            g.get_or_insert_with(|| cache.lock())
-                .note_used(file, req.index..req.end());
-        }
-        replay(policy, req);
-    }
+    drain(queue, Some(policy), |req| {
+        g.get_or_insert_with(|| cache.lock())
+            .note_used(file, req.index..req.end())
+    });
 }
 
 /// What `ra::drive` does for a request of up-to-date, unmarked pages.
@@ -134,12 +148,9 @@ impl File {
             return;
         }
         for queue in self.inner.hits_seen.iter() {
-            while let Some((req, first_use)) = queue.pop() {
-                if first_use {
-                    cache.note_used(file, req.index..req.end());
-                }
-                replay(policy, req);
-            }
+            drain(queue, Some(&mut *policy), |req| {
+                cache.note_used(file, req.index..req.end())
+            });
         }
     }
 

@@ -182,11 +182,9 @@ impl Drop for FileInner {
         {
             let mut g = self.engine.cache.lock();
             for queue in self.hits_seen.iter() {
-                while let Some((req, first_use)) = queue.pop() {
-                    if first_use {
-                        g.note_used(self.id, req.index..req.end());
-                    }
-                }
+                hits::drain(queue, None, |req| {
+                    g.note_used(self.id, req.index..req.end())
+                });
             }
         }
         self.engine.cache.close_file(self.id);
