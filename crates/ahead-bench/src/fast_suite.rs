@@ -180,31 +180,13 @@ pub fn run(args: FastArgs, config: &EngineConfig) -> Result<()> {
         }
         sizes.push(bs);
     }
-    let (path, _work) = match &args.file {
-        Some(f) => (f.clone(), None),
-        None => {
-            let dir = match &args.dir {
-                Some(d) => d.clone(),
-                None => crate::workdir::default_dir()?,
-            };
-            let work = crate::workdir::private_dir(&dir, "ahead-bench-fast-")?;
-            let path = work.path().join("data");
-            eprintln!(
-                "generating {} test file {} ...",
-                format_size(args.size),
-                path.display()
-            );
-            ahead::testdata::write_file(&path, args.size)
-                .map_err(|e| crate::Error::msg(format!("write {}: {e}", path.display())))?;
-            (path, Some(work))
-        }
-    };
-    let size = std::fs::metadata(&path)
-        .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?
-        .len();
-    if size < (64 << 20) {
-        return Err(format!("{}: at least 64 MiB needed", path.display()).into());
-    }
+    let (path, size, _work) = crate::workdir::data_file(
+        args.file.as_deref(),
+        args.size,
+        args.dir.as_deref(),
+        "ahead-bench-fast-",
+        64 << 20,
+    )?;
     let rows = measure(&path, config, &sizes, args.reps, |l| eprintln!("{l}"))?;
     print!("{}", table(&rows));
     println!(

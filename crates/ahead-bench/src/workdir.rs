@@ -40,3 +40,46 @@ pub fn default_dir() -> Result<PathBuf> {
         tmp.display()
     )))
 }
+
+/// The file a benchmark reads: `file` if given, else `size` bytes of
+/// generated data in a [`private_dir`] of `dir` (or [`default_dir`]),
+/// named with `prefix`; at least `least` bytes either way. Returns the
+/// path, its size, and the directory to keep alive while it is read.
+pub fn data_file(
+    file: Option<&Path>,
+    size: u64,
+    dir: Option<&Path>,
+    prefix: &str,
+    least: u64,
+) -> Result<(PathBuf, u64, Option<tempfile::TempDir>)> {
+    let (path, work) = match file {
+        Some(f) => (f.to_path_buf(), None),
+        None => {
+            let dir = match dir {
+                Some(d) => d.to_path_buf(),
+                None => default_dir()?,
+            };
+            let work = private_dir(&dir, prefix)?;
+            let path = work.path().join("data");
+            eprintln!(
+                "generating {} test file {} ...",
+                ahead::units::format_size(size),
+                path.display()
+            );
+            ahead::testdata::write_file(&path, size)
+                .map_err(|e| Error::msg(format!("write {}: {e}", path.display())))?;
+            (path, Some(work))
+        }
+    };
+    let size = std::fs::metadata(&path)
+        .map_err(|e| Error::msg(format!("{}: {e}", path.display())))?
+        .len();
+    if size < least {
+        return Err(Error::msg(format!(
+            "{}: at least {} needed",
+            path.display(),
+            ahead::units::format_size(least)
+        )));
+    }
+    Ok((path, size, work))
+}

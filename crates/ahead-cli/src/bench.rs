@@ -151,36 +151,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
 /// directory (see `private_dir`), removed with everything in it when the
 /// bench ends, however it ends. Its path, its size and the directory.
 fn data_file(args: &BenchArgs) -> Result<(PathBuf, u64, Option<tempfile::TempDir>)> {
-    let (path, work) = match &args.file {
-        Some(f) => (f.clone(), None),
-        None => {
-            let size = parse_size(&args.size).context("--size")?;
-            if size < (16 << 20) {
-                bail!("--size: at least 16 MiB, to leave the caches behind");
-            }
-            let dir = match &args.dir {
-                Some(d) => d.clone(),
-                None => ahead_bench::workdir::default_dir()?,
-            };
-            let work = ahead_bench::workdir::private_dir(&dir, "ahead-bench-")?;
-            let path = work.path().join("data");
-            eprintln!(
-                "generating {} test file {} ...",
-                format_size(size),
-                path.display()
-            );
-            ahead::testdata::write_file(&path, size)
-                .with_context(|| format!("write {}", path.display()))?;
-            (path, Some(work))
-        }
+    // --size is only for a generated file.
+    let size = match &args.file {
+        Some(_) => 0,
+        None => parse_size(&args.size).context("--size")?,
     };
-    let size = std::fs::metadata(&path)
-        .with_context(|| format!("{}", path.display()))?
-        .len();
-    if size < (16 << 20) {
-        bail!("{}: at least 16 MiB needed", path.display());
+    if args.file.is_none() && size < (16 << 20) {
+        bail!("--size: at least 16 MiB, to leave the caches behind");
     }
-    Ok((path, size, work))
+    Ok(ahead_bench::workdir::data_file(
+        args.file.as_deref(),
+        size,
+        args.dir.as_deref(),
+        "ahead-bench-",
+        16 << 20,
+    )?)
 }
 
 /// The device: capped by a cgroup where asked (or by default for --quick,
