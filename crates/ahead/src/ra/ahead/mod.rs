@@ -87,7 +87,7 @@ mod stride;
 mod tests;
 
 pub(crate) use stream::STRIDE_CONFIRMATIONS;
-pub(crate) use stride::MERGE_GAP;
+pub(crate) use stride::{HINT_MAX_READ_THROUGH, MERGE_GAP};
 
 use dense::Dense;
 use stream::{Direction, Match, Stream};
@@ -127,6 +127,10 @@ pub(crate) struct StreamTable {
     /// [`REARM_MAX`]), halved again by each window settled while a stream
     /// has a proven record ([`Ledger::proven`]).
     rearm_need: u32,
+    /// The engine only sends hints ([`RaConfig::hints`]): stride gaps are
+    /// read through only where they are no wider than the runs
+    /// ([`stride::HINT_MAX_READ_THROUGH`]).
+    hints: bool,
 }
 
 impl StreamTable {
@@ -143,6 +147,7 @@ impl StreamTable {
             recorded: None,
             context: config.context_readahead,
             rearm_need: REARM_RUN,
+            hints: config.hints,
         }
     }
 

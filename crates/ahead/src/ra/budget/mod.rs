@@ -18,9 +18,10 @@
 //!   that the engine reads whole, gaps included (hints,
 //!   [`RaConfig::read_through_gap`]), the gaps count too.
 //! * **Earned.** A later request that takes a speculative page earns it
-//!   back, once per page ([`Budget::credit`]); so does a gap of a few pages
-//!   read through below it ([`Budget::gap_credit`]: reading it cost less
-//!   than the request it saved).
+//!   back, once per page ([`Budget::credit`]); so does, where the engine
+//!   reads its own windows, a gap of a few pages read through below it
+//!   ([`Budget::gap_credit`]: reading it cost less than the request it
+//!   saved). Hinted gaps earn nothing: only pages a request takes do.
 //! * **Bounded.** A window is cut, in the reader's direction, to what the
 //!   budget has left: speculative pages not (yet) used never exceed
 //!   [`WASTE_PER_USE`] times the speculative pages used, plus `c`
@@ -266,8 +267,10 @@ impl Budget {
                 CREDIT_PAGES.max(config.max_pages / CREDIT_WINDOW_SHARE)
             },
             taken_end: 0,
-            gap_credit: if config.read_through_gap > 0 {
-                config.read_through_gap
+            // Hints: no reader takes a gap's pages, and `--stats` counts
+            // them unread; only the pages requests take earn.
+            gap_credit: if config.hints {
+                0
             } else {
                 super::ahead::MERGE_GAP
             },
@@ -384,9 +387,10 @@ impl Budget {
         self.floor_used += floor;
     }
 
-    /// The widest gap below a request that its use credits: the engine's
-    /// read-through gap where it reads strided windows whole (hints), else
-    /// the widest gap ahead's stride rules read through on this device
+    /// The widest gap below a request that its use credits: none for hints
+    /// (no reader takes a hinted gap, and `ahead run --stats` counts its
+    /// pages unread), else the widest gap ahead's stride rules read
+    /// through on this device
     /// (from its costs, [`super::DeviceCost`]; `MERGE_GAP`
     /// where they are unknown).
     pub fn gap_credit(&self) -> u64 {
@@ -515,7 +519,8 @@ impl Budget {
     /// Whether the engine reads strided window `w` whole, gaps included
     /// ([`RaConfig::read_through_gap`]).
     fn reads_whole(&self, w: &Window) -> bool {
-        matches!(w.shape, Shape::Strided { run, period } if period.saturating_sub(run) <= self.read_through_gap)
+        matches!(w.shape, Shape::Strided { run, period }
+            if super::hints::hinted_whole(run, period, self.read_through_gap))
     }
 
     /// Whether reading page `p` for `req` would be speculation not yet

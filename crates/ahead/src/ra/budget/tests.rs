@@ -170,15 +170,22 @@ fn the_gaps_of_a_stride_read_whole_are_charged() {
     let v = view(10_000);
     let w = Window {
         start: 100,
-        size: 3 * 40 + 1,
+        size: 3 * 40 + 2,
         async_size: 0,
-        shape: Shape::Strided { run: 1, period: 3 },
+        shape: Shape::Strided { run: 2, period: 3 },
     };
     let req = Request::new(100, 1);
+    let short = Window {
+        size: 3 * 20 + 2,
+        ..w
+    };
     let mut runs_only = Budget::new(&cfg(0));
-    let a = runs_only.admit(Some(w), None, req, &v).unwrap();
-    assert_eq!(runs_only.charged(), 40, "its runs beyond the request");
-    assert_eq!(a, w);
+    let a = runs_only.admit(Some(short), None, req, &v).unwrap();
+    assert_eq!(runs_only.charged(), 41, "its runs beyond the request");
+    assert_eq!(a, short);
+    let mut whole = Budget::new(&cfg(2));
+    whole.admit(Some(short), None, req, &v).unwrap();
+    assert_eq!(whole.charged(), 61, "its runs and gaps beyond the request");
     let mut whole = Budget::new(&cfg(2));
     let b = whole.admit(Some(w), None, req, &v).unwrap();
     let charged = whole.charged();
@@ -198,7 +205,8 @@ struct Counting {
     taken: u64,
     /// The request being served: its own pages are not read ahead.
     current: Request,
-    /// Strided windows with gaps up to this are read whole.
+    /// Strided windows with gaps up to this (and no wider than their
+    /// runs) are read whole.
     gap: u64,
 }
 
@@ -219,8 +227,10 @@ impl crate::ra::PageTable for Counting {
         self.table.clear_marker(index)
     }
     fn submit_readahead(&mut self, w: &Window) {
-        // An engine that reads a strided window whole, gaps included.
-        let whole = matches!(w.shape, Shape::Strided { run, period } if period.saturating_sub(run) <= self.gap);
+        // An engine that reads a strided window whole, gaps included,
+        // where the hints' rule says so.
+        let whole = matches!(w.shape, Shape::Strided { run, period }
+            if crate::ra::hints::hinted_whole(run, period, self.gap));
         let w = &if whole {
             Window {
                 shape: Shape::Forward,
