@@ -83,7 +83,7 @@ pub fn download_object(
     }
     let runtime = Runtime::new(opts.depth)
         .map_err(|e| Error::io("start the remote runtime", name.as_ref(), None, e))?;
-    let object = ObjectSource::open(store, path, name.to_owned(), Arc::new(runtime))
+    let object = ObjectSource::open(store, path, name.to_owned(), Arc::new(runtime), None)
         .map_err(remote_err("open", name, None))?;
     let object = Arc::new(object);
     let size = object.size();
@@ -166,8 +166,14 @@ pub fn upload_object(
         ..CopyReport::default()
     };
     // The store has it: its size, and its bytes where asked.
-    let object = ObjectSource::open(up.store.clone(), up.path.clone(), url.to_owned(), runtime)
-        .map_err(remote_err("check", url, None))?;
+    let object = ObjectSource::open(
+        up.store.clone(),
+        up.path.clone(),
+        url.to_owned(),
+        runtime,
+        None,
+    )
+    .map_err(remote_err("check", url, None))?;
     if object.size() != size {
         return Err(Error::Mismatch {
             path: url.into(),

@@ -86,6 +86,14 @@ pub struct EngineConfig {
     /// cache's lock or the policy's (the policy sees them later, in order).
     /// On by default; off compares the two.
     pub lock_free_hits: bool,
+    /// A directory for a disk tier under the cache, for objects
+    /// ([`crate::remote::DiskTier`]): chunks of what the engine fetches
+    /// are kept there, shared by every process that names it, and read
+    /// from there the next time. `None` (the default): none.
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// The disk tier's bound in bytes; `None`: half the space free under
+    /// `cache_dir` when the engine starts.
+    pub cache_dir_bytes: Option<u64>,
 }
 
 impl EngineConfig {
@@ -155,6 +163,17 @@ impl EngineConfig {
         self.lock_free_hits = v;
         self
     }
+    /// Keeps objects' chunks in a disk tier in `dir` (see
+    /// [`EngineConfig::cache_dir`]).
+    pub fn with_cache_dir(mut self, dir: impl Into<std::path::PathBuf>) -> EngineConfig {
+        self.cache_dir = Some(dir.into());
+        self
+    }
+    /// Bounds the disk tier to `bytes`.
+    pub fn with_cache_dir_bytes(mut self, bytes: u64) -> EngineConfig {
+        self.cache_dir_bytes = Some(bytes);
+        self
+    }
     /// Sets whether files that refuse O_DIRECT are an error.
     pub fn with_require_direct(mut self, v: bool) -> EngineConfig {
         self.require_direct = v;
@@ -177,6 +196,8 @@ impl Default for EngineConfig {
             require_direct: false,
             registered_buffers: true,
             lock_free_hits: true,
+            cache_dir: None,
+            cache_dir_bytes: None,
         }
     }
 }
@@ -284,6 +305,9 @@ pub(super) struct Shared {
     /// The runtime of objects' requests (started on first use).
     #[cfg(feature = "remote")]
     pub(super) runtime: OnceLock<Arc<crate::remote::Runtime>>,
+    /// The disk tier for objects ([`EngineConfig::cache_dir`]).
+    #[cfg(feature = "remote")]
+    pub(super) tier: Option<Arc<crate::remote::DiskTier>>,
     /// What the device of Direct files charges, learned from their reads
     /// ([`ra::learn`]), and the origin of its times.
     pub(super) learner: std::sync::Mutex<ra::learn::CostLearner>,
@@ -355,6 +379,14 @@ impl Engine {
         if config.registered_buffers {
             backend.attach(cache.arena());
         }
+        #[cfg(feature = "remote")]
+        let tier = match &config.cache_dir {
+            Some(dir) => Some(
+                crate::remote::DiskTier::open(dir, config.cache_dir_bytes)
+                    .map_err(|e| Error::io("open the disk tier", dir, None, e))?,
+            ),
+            None => None,
+        };
         Ok(Engine {
             shared: Arc::new(Shared {
                 cache,
@@ -368,6 +400,8 @@ impl Engine {
                 remote_backend: OnceLock::new(),
                 #[cfg(feature = "remote")]
                 runtime: OnceLock::new(),
+                #[cfg(feature = "remote")]
+                tier,
                 served: Served::default(),
                 learner: std::sync::Mutex::new(ra::learn::CostLearner::new(page)),
                 epoch: std::time::Instant::now(),

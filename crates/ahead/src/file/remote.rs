@@ -11,7 +11,7 @@ use object_store::ObjectStore;
 use super::engine::{Engine, Shared};
 use super::{File, Kind, Parts};
 use crate::ra::{self, RaConfig};
-use crate::remote::{ObjectSource, RemoteStats, Runtime};
+use crate::remote::{DiskTier, ObjectSource, RemoteStats, Runtime};
 use crate::{Error, Result};
 
 impl Engine {
@@ -45,7 +45,7 @@ impl Engine {
         let runtime = shared
             .runtime()
             .map_err(|e| Error::io("start the remote runtime", name.as_ref(), None, e))?;
-        let object = ObjectSource::open(store, path, name.to_owned(), runtime)
+        let object = ObjectSource::open(store, path, name.to_owned(), runtime, shared.tier.clone())
             .map_err(|e| Error::io("open", name.as_ref(), None, e))?;
         let object = Arc::new(object);
         // What the open's HEAD found: one round trip, not two.
@@ -73,6 +73,13 @@ impl Shared {
         }
         let rt = Arc::new(Runtime::new(self.config.depth)?);
         Ok(self.runtime.get_or_init(|| rt).clone())
+    }
+}
+
+impl Engine {
+    /// The engine's disk tier for objects ([`EngineConfig::with_cache_dir`](super::engine::EngineConfig::with_cache_dir)), if it has one.
+    pub fn disk_tier(&self) -> Option<&Arc<DiskTier>> {
+        self.shared.tier.as_ref()
     }
 }
 

@@ -34,6 +34,16 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::io::{Completion, ReadOp, ReadSource, Version};
 
+mod evict;
+mod probe;
+mod tier;
+mod tiered;
+
+pub use probe::{probe, Probe};
+
+use tier::TierObject;
+pub use tier::{DiskTier, TierStats, TierUsage, CHUNK as TIER_CHUNK};
+
 /// How many times a failed request is tried again.
 pub(crate) const MAX_RETRIES: usize = 5;
 /// No request is retried after this long from its first try: a read that
@@ -114,6 +124,13 @@ pub struct RemoteStats {
     pub first_byte_us_total: u64,
     /// The most GETs in flight at once.
     pub peak_in_flight: u64,
+    /// With a disk tier ([`DiskTier`]): bytes read from it rather than
+    /// fetched (whole chunks, some beyond what was asked).
+    pub tier_bytes: u64,
+    /// Chunks found in the tier, whole and matching their checksums.
+    pub tier_chunks_hit: u64,
+    /// Chunks the tier lacked (or held damaged), fetched from the store.
+    pub tier_chunks_missed: u64,
 }
 
 #[derive(Default)]
@@ -124,6 +141,9 @@ struct Counters {
     first_byte_us: AtomicU64,
     in_flight: AtomicU64,
     peak: AtomicU64,
+    tier_bytes: AtomicU64,
+    tier_chunks_hit: AtomicU64,
+    tier_chunks_missed: AtomicU64,
 }
 
 /// An object opened for reading: a store, a path in it, and the version
@@ -133,8 +153,13 @@ pub struct ObjectSource {
     path: ObjectPath,
     url: String,
     runtime: Arc<Runtime>,
-    /// (size, ETag) of the version being read.
-    version: Mutex<(u64, Option<String>)>,
+    /// (size, ETag) of the version being read, and its chunks in the
+    /// disk tier (one lock: a read never pairs a version with another's
+    /// chunks).
+    version: Mutex<(u64, Option<String>, Option<Arc<TierObject>>)>,
+    /// The engine's disk tier, and the name the object's versions are
+    /// kept under there (the store's and the URL).
+    tier: Option<(Arc<DiskTier>, String)>,
     counters: Arc<Counters>,
     /// The last request's failure, for the readers who get it as an errno
     /// from the cache.
@@ -142,6 +167,7 @@ pub struct ObjectSource {
 }
 
 /// One ranged GET, with what it needs to run on the runtime alone.
+#[derive(Clone)]
 struct Request {
     store: Arc<dyn ObjectStore>,
     path: ObjectPath,
@@ -151,6 +177,8 @@ struct Request {
     counters: Arc<Counters>,
     last_error: Arc<Mutex<Option<String>>>,
     permits: Arc<tokio::sync::Semaphore>,
+    /// The version's chunks in the disk tier, if the engine has one.
+    tier: Option<Arc<TierObject>>,
 }
 
 /// Where a response's body goes.
@@ -163,10 +191,19 @@ enum Body<'a> {
 }
 
 impl Request {
-    /// The range into `body`; the bytes received. A failure comes back as
-    /// an errno for the cache to keep, its message kept for
-    /// [`ObjectSource::explain`].
-    async fn run(self, mut body: Body<'_>) -> io::Result<usize> {
+    /// The range into `body`: through the disk tier where the engine has
+    /// one ([`Request::run_tiered`]), else fetched.
+    async fn run(self, body: Body<'_>) -> io::Result<usize> {
+        match self.tier.clone() {
+            Some(tier) => self.run_tiered(tier, body).await,
+            None => self.fetch(body).await,
+        }
+    }
+
+    /// The range fetched from the store into `body`; the bytes received.
+    /// A failure comes back as an errno for the cache to keep, its
+    /// message kept for [`ObjectSource::explain`].
+    async fn fetch(self, mut body: Body<'_>) -> io::Result<usize> {
         // The engine's limit on requests in flight (a closed semaphore
         // never happens: the runtime holds it for good).
         let _permit = self.permits.clone().acquire_owned().await;
@@ -387,19 +424,22 @@ const CHANGED: &str = "the object changed while it was read (its ETag no longer 
 
 impl ObjectSource {
     /// Opens `path` in `store` (a HEAD: its size and ETag), `url` naming
-    /// it in errors.
+    /// it in errors; its chunks kept in `tier` if there is one.
     pub(crate) fn open(
         store: Arc<dyn ObjectStore>,
         path: ObjectPath,
         url: String,
         runtime: Arc<Runtime>,
+        tier: Option<Arc<DiskTier>>,
     ) -> io::Result<ObjectSource> {
+        let tier = tier.map(|t| (t, format!("{store}\0{url}")));
         let source = ObjectSource {
             store,
             path,
             url,
             runtime,
-            version: Mutex::new((0, None)),
+            tier,
+            version: Mutex::new((0, None, None)),
             counters: Arc::default(),
             last_error: Arc::default(),
         };
@@ -435,6 +475,9 @@ impl ObjectSource {
             failed: c.failed.load(Ordering::Relaxed),
             first_byte_us_total: c.first_byte_us.load(Ordering::Relaxed),
             peak_in_flight: c.peak.load(Ordering::Relaxed),
+            tier_bytes: c.tier_bytes.load(Ordering::Relaxed),
+            tier_chunks_hit: c.tier_chunks_hit.load(Ordering::Relaxed),
+            tier_chunks_missed: c.tier_chunks_missed.load(Ordering::Relaxed),
         }
     }
 
@@ -462,7 +505,17 @@ impl ObjectSource {
         })?;
         let tag = meta.e_tag.as_deref().map_or(0, etag_tag);
         let size = meta.size;
-        *self.version.lock().unwrap_or_else(|p| p.into_inner()) = (size, meta.e_tag);
+        let mut v = self.version.lock().unwrap_or_else(|p| p.into_inner());
+        if v.2.is_none() || v.0 != size || v.1 != meta.e_tag {
+            // Only a version with an ETag is kept: under the same name,
+            // another one's bytes could follow.
+            v.2 = match (&self.tier, &meta.e_tag) {
+                (Some((tier, name)), Some(etag)) => tier.object(name, etag, size),
+                _ => None,
+            };
+        }
+        v.0 = size;
+        v.1 = meta.e_tag;
         Ok(Version { size, tag })
     }
 
@@ -484,7 +537,7 @@ impl ObjectSource {
 
     /// The request for `len` bytes at `offset`, `None` past the end.
     fn request(&self, offset: u64, len: u64) -> Option<Request> {
-        let (size, etag) = self
+        let (size, etag, tier) = self
             .version
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -499,6 +552,7 @@ impl ObjectSource {
             counters: self.counters.clone(),
             last_error: self.last_error.clone(),
             permits: self.runtime.permits.clone(),
+            tier,
         })
     }
 }
@@ -570,83 +624,4 @@ impl ReadSource for ObjectSource {
     fn version(&self) -> io::Result<Version> {
         self.look()
     }
-}
-
-/// What [`probe`] measured of an endpoint, through one object.
-#[derive(Clone, Debug)]
-pub struct Probe {
-    /// The object's size.
-    pub size: u64,
-    /// Its ETag, if the server gives one.
-    pub etag: Option<String>,
-    /// The HEAD's round trip.
-    pub head: Duration,
-    /// Time to the first byte of a 4 KiB GET, the median of three.
-    pub first_byte: Duration,
-    /// One connection's throughput: bytes per second of one GET of up to
-    /// 16 MiB, its first byte excluded.
-    pub bytes_per_sec: f64,
-    /// The bytes that GET brought.
-    pub probe_bytes: u64,
-}
-
-/// Measures the endpoint behind `url` with the object it names: a HEAD,
-/// three small GETs (first-byte latency), one large GET (one connection's
-/// throughput), on a runtime of its own. What `ahead doctor URL` prints.
-pub fn probe(url: &str) -> io::Result<Probe> {
-    let (store, path) = store_for_url(url)?;
-    let url = url.to_owned();
-    let rt = Runtime::new(1)?;
-    rt.run(async move {
-        let err = |e| io_error(&url, e);
-        let t = Instant::now();
-        let meta = store.head(&path).await.map_err(err)?;
-        let head = t.elapsed();
-        let size = meta.size;
-        let mut first = Vec::new();
-        for i in 0..3u64 {
-            let at = (size / 3 * i).min(size.saturating_sub(4096));
-            let t = Instant::now();
-            let got = store
-                .get_opts(
-                    &path,
-                    GetOptions {
-                        range: Some(GetRange::Bounded(at..(at + 4096).min(size))),
-                        ..GetOptions::default()
-                    },
-                )
-                .await
-                .map_err(err)?;
-            first.push(t.elapsed());
-            got.bytes().await.map_err(err)?;
-        }
-        first.sort();
-        let n = size.min(16 << 20);
-        let t = Instant::now();
-        let got = store
-            .get_opts(
-                &path,
-                GetOptions {
-                    range: Some(GetRange::Bounded(0..n)),
-                    ..GetOptions::default()
-                },
-            )
-            .await
-            .map_err(err)?;
-        let after_first = t.elapsed();
-        let body = got.bytes().await.map_err(err)?;
-        let transfer = t
-            .elapsed()
-            .saturating_sub(after_first)
-            .max(Duration::from_micros(1));
-        Ok(Probe {
-            size,
-            etag: meta.e_tag,
-            head,
-            first_byte: first.get(1).copied().unwrap_or_default(),
-            bytes_per_sec: body.len() as f64 / transfer.as_secs_f64(),
-            probe_bytes: body.len() as u64,
-        })
-    })
-    .and_then(|r| r)
 }
