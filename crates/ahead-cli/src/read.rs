@@ -33,6 +33,15 @@ pub struct EngineArgs {
     /// kernel then pins each read's pages, as before.
     #[arg(long)]
     pub no_registered_buffers: bool,
+    /// Objects: keep what is fetched in a disk tier in this directory
+    /// (made 0700; yours alone), shared with every process that names
+    /// it, and read it from there the next time.
+    #[arg(long = "cache-dir", value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The disk tier's bound (e.g. 20g) [default: half the space free
+    /// under --cache-dir].
+    #[arg(long = "cache-dir-size", value_name = "SIZE", requires = "cache_dir")]
+    pub cache_dir_size: Option<String>,
 }
 
 impl EngineArgs {
@@ -40,7 +49,7 @@ impl EngineArgs {
     pub fn config(&self) -> Result<EngineConfig> {
         let policy: PolicyKind = self.policy.parse().map_err(anyhow::Error::msg)?;
         let backend: BackendKind = self.backend.parse().map_err(anyhow::Error::msg)?;
-        Ok(EngineConfig::default()
+        let config = EngineConfig::default()
             .with_policy(policy)
             .with_backend(backend)
             .with_cache_bytes(parse_size(&self.cache).context("--cache")?)
@@ -48,7 +57,15 @@ impl EngineArgs {
                 parse_size(self.max_readahead.as_deref().unwrap_or("4m"))
                     .context("--max-readahead")?,
             )
-            .with_registered_buffers(!self.no_registered_buffers))
+            .with_registered_buffers(!self.no_registered_buffers);
+        let mut config = config;
+        if let Some(dir) = &self.cache_dir {
+            config = config.with_cache_dir(dir);
+        }
+        if let Some(s) = &self.cache_dir_size {
+            config = config.with_cache_dir_bytes(parse_size(s).context("--cache-dir-size")?);
+        }
+        Ok(config)
     }
 }
 
@@ -179,6 +196,13 @@ pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json
         o["device_latency_pages"] = c.latency_pages.into();
         o["device_parallelism"] = c.parallelism.into();
     }
+    if let Some(r) = m.remote {
+        o["remote_requests"] = r.requests.into();
+        o["remote_bytes_fetched"] = r.bytes_fetched.into();
+        o["tier_bytes"] = r.tier_bytes.into();
+        o["tier_chunks_hit"] = r.tier_chunks_hit.into();
+        o["tier_chunks_missed"] = r.tier_chunks_missed.into();
+    }
     o
 }
 
@@ -202,6 +226,16 @@ fn text(pattern: &str, engine: &str, bs: u64, m: &Measurement, stats: bool) -> S
             out += &format!(
                 "  device cost (learned): a request {} pages, latency {} pages, {} in parallel\n",
                 c.request_pages, c.latency_pages, c.parallelism
+            );
+        }
+        if let Some(r) = m.remote {
+            out += &format!(
+                "  object: {} requests, {} fetched; disk tier: {} read, {} chunks found, {} missed\n",
+                r.requests,
+                format_size(r.bytes_fetched),
+                format_size(r.tier_bytes),
+                r.tier_chunks_hit,
+                r.tier_chunks_missed
             );
         }
     }

@@ -125,15 +125,21 @@ impl Engine {
     /// `cache`: the cache budget in bytes; `policy`: `ahead`, `ondemand` or
     /// `legacy`; `max_readahead`: the largest window in bytes; `objects`:
     /// windows and requests sized for objects in a store; `max_io`: the
-    /// largest single read (or GET) in bytes.
+    /// largest single read (or GET) in bytes; `cache_dir`: a directory
+    /// for a disk tier of objects' chunks, shared by every process (and
+    /// forked worker) that names it; `cache_dir_size`: its bound in bytes
+    /// (default: half the space free under it).
     #[new]
-    #[pyo3(signature = (cache=None, policy=None, max_readahead=None, objects=false, max_io=None))]
+    #[pyo3(signature = (cache=None, policy=None, max_readahead=None, objects=false, max_io=None, cache_dir=None, cache_dir_size=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         cache: Option<u64>,
         policy: Option<&str>,
         max_readahead: Option<u64>,
         objects: bool,
         max_io: Option<u64>,
+        cache_dir: Option<std::path::PathBuf>,
+        cache_dir_size: Option<u64>,
     ) -> PyResult<Self> {
         let mut config = if objects {
             ahead::EngineConfig::for_objects()
@@ -163,6 +169,12 @@ impl Engine {
         }
         if let Some(m) = max_io {
             config = config.with_max_io(m);
+        }
+        if let Some(d) = cache_dir {
+            config = config.with_cache_dir(d);
+        }
+        if let Some(b) = cache_dir_size {
+            config = config.with_cache_dir_bytes(b);
         }
         Ok(Engine {
             cell: Arc::new(EngineCell::new(config)),
@@ -465,6 +477,9 @@ impl RawFile {
             d.set_item("remote_requests", r.requests)?;
             d.set_item("remote_bytes_fetched", r.bytes_fetched)?;
             d.set_item("remote_failed", r.failed)?;
+            d.set_item("tier_bytes", r.tier_bytes)?;
+            d.set_item("tier_chunks_hit", r.tier_chunks_hit)?;
+            d.set_item("tier_chunks_missed", r.tier_chunks_missed)?;
         }
         Ok(d)
     }

@@ -148,3 +148,44 @@ def test_objects_get_an_engine_sized_for_a_store(s3, obj):
         assert f.stats()["remote_requests"] - before == 1
     with ahead.open(obj, options=s3.options(), cache="8m") as f:
         assert f.pread(1_000_000, 3 << 20) == expected(3 << 20, 1_000_000)
+
+
+def _epoch(args):
+    """One forked worker's share of an epoch: whole objects through an
+    engine with a disk tier; (bytes right, bytes fetched, tier bytes)."""
+    urls, cache_dir, options = args
+    eng = ahead.Engine(objects=True, cache_dir=cache_dir)
+    ok, fetched, tier = True, 0, 0
+    for i, u in urls:
+        with eng.open(u, options=options) as f:
+            data = f.read()
+            ok &= data == expected(i * OBJ_SIZE, OBJ_SIZE)
+            s = f.stats()
+            fetched += s["remote_bytes_fetched"]
+            tier += s["tier_bytes"]
+    return ok, fetched, tier
+
+
+def test_a_second_epoch_of_forked_workers_reads_from_the_disk_tier(s3, many, tmp_path):
+    # Each epoch its own pool of 8 forked workers, each with its own
+    # engine (as DataLoader workers would be), all naming one directory.
+    work = [[(i, u) for i, u in enumerate(many) if i % 8 == w] for w in range(8)]
+    args = [(share, str(tmp_path / "tier"), s3.options()) for share in work]
+    totals = []
+    for _ in range(2):
+        with mp.get_context("fork").Pool(8) as pool:
+            got = pool.map(_epoch, args)
+        assert all(ok for ok, _, _ in got)
+        totals.append((sum(f for _, f, _ in got), sum(t for _, _, t in got)))
+    (first_fetched, first_tier), (second_fetched, second_tier) = totals
+    assert first_fetched >= len(many) * OBJ_SIZE and first_tier == 0
+    assert second_fetched == 0 and second_tier >= len(many) * OBJ_SIZE
+
+
+def test_a_cache_dir_others_may_write_is_refused(s3, obj, tmp_path):
+    d = tmp_path / "open"
+    d.mkdir()
+    d.chmod(0o777)
+    eng = ahead.Engine(objects=True, cache_dir=str(d))
+    with pytest.raises(PermissionError, match="writable by no one else"):
+        eng.open(obj, options=s3.options())

@@ -183,6 +183,8 @@ pub struct Measurement {
     pub fixed_reads: Option<u64>,
     /// What ahead's engine learned its device charges, for Direct runs.
     pub device_cost: Option<ahead::ra::DeviceCost>,
+    /// An object's requests, bytes fetched and disk tier counters.
+    pub remote: Option<ahead::remote::RemoteStats>,
 }
 
 impl Measurement {
@@ -360,6 +362,7 @@ fn measure_ahead(
     m.direct = file.is_direct();
     m.fixed_reads = Some(eng.fixed_reads());
     m.device_cost = eng.device_cost();
+    m.remote = file.remote_stats();
     Ok(m)
 }
 

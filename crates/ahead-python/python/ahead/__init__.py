@@ -63,15 +63,32 @@ class Engine:
     in a store (64 MiB windows of 4 MiB GETs) rather than a local disk;
     ``max_io``: the largest single read or GET (a disk's default is 256
     KiB; on a volume capped by IOPS, larger reads go further).
+    ``cache_dir``: a directory (yours alone) for a disk tier of objects'
+    chunks, shared by every process that names it, forked workers
+    included, so that an object read twice is fetched once;
+    ``cache_dir_size``: its bound (default: half the space free under it).
     """
 
-    def __init__(self, cache=None, policy=None, max_readahead=None, *, objects=False, max_io=None, _native=None):
+    def __init__(
+        self,
+        cache=None,
+        policy=None,
+        max_readahead=None,
+        *,
+        objects=False,
+        max_io=None,
+        cache_dir=None,
+        cache_dir_size=None,
+        _native=None,
+    ):
         self._native = _native or _ahead.Engine(
             _size(cache, "cache"),
             policy,
             _size(max_readahead, "max_readahead"),
             bool(objects),
             _size(max_io, "max_io"),
+            None if cache_dir is None else _os.fspath(cache_dir),
+            _size(cache_dir_size, "cache_dir_size"),
         )
 
     def open(self, path, mode="rb", *, io=None, options=None):

@@ -1,5 +1,7 @@
 """The native half of ``ahead`` (see ``ahead``'s docstring)."""
 
+import os
+
 from typing import Any
 
 class Engine:
@@ -10,6 +12,8 @@ class Engine:
         max_readahead: int | None = None,
         objects: bool = False,
         max_io: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_dir_size: int | None = None,
     ) -> None: ...
     def stats(self) -> dict[str, int]: ...
     def open(

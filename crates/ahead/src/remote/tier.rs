@@ -116,6 +116,8 @@ pub struct DiskTier {
     since_scan: AtomicU64,
     /// The disk was full: no admission until a pass frees space.
     full: AtomicBool,
+    /// Admissions started and not yet done ([`DiskTier::flush`]).
+    pending: AtomicU64,
     pub(crate) counters: Counters,
 }
 
@@ -203,6 +205,7 @@ impl DiskTier {
             used: AtomicU64::new(0),
             since_scan: AtomicU64::new(0),
             full: AtomicBool::new(false),
+            pending: AtomicU64::new(0),
             counters: Counters::default(),
         };
         let usage = tier.scan().map_err(named)?;
@@ -250,6 +253,31 @@ impl DiskTier {
         size: u64,
     ) -> Option<Arc<TierObject>> {
         TierObject::open(self.clone(), identity, etag, size).ok()
+    }
+
+    /// An admission is starting; it calls [`DiskTier::admitted`] when
+    /// done.
+    pub(crate) fn admitting(&self) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn admitted(&self) {
+        self.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Waits, at most `timeout`, for the chunks fetched so far to be
+    /// written (they are written after their readers have them). An
+    /// engine does this when it is dropped, so that a short process keeps
+    /// what it fetched.
+    pub fn flush(&self, timeout: std::time::Duration) -> bool {
+        let start = std::time::Instant::now();
+        while self.pending.load(Ordering::Acquire) > 0 {
+            if start.elapsed() >= timeout {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        true
     }
 
     /// Counts `bytes` just added; runs an eviction pass if the tier may
@@ -459,6 +487,11 @@ impl TierObject {
     /// The object's size.
     pub(crate) fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The tier it is in.
+    pub(crate) fn tier(&self) -> &DiskTier {
+        &self.tier
     }
 
     /// Chunk `c`'s length (the last one may be short).

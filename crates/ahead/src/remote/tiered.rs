@@ -71,10 +71,12 @@ impl Request {
         if !fetched.is_empty() {
             // Kept after the reader has its bytes, off the runtime's
             // threads.
+            tier.tier().admitting();
             tokio::task::spawn_blocking(move || {
                 for (c, v) in fetched {
                     tier.admit(c, &v);
                 }
+                tier.tier().admitted();
             });
         }
         Ok(part.len())
