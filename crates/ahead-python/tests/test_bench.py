@@ -31,3 +31,23 @@ def test_a_short_benchmark_runs_and_checks_its_bytes(tmp_path):
         assert "error" not in x and x["bad"] == 0 and x["mbps"] > 0
     back = next(x for x in rows if x["pattern"] == "backward")
     assert 0.9 <= back["fetched_ratio"] <= 2.0
+
+
+def test_the_tier_benchmark_runs_and_its_second_epoch_fetches_nothing(tmp_path):
+    pytest.importorskip("numpy", reason="numpy is not installed: the benchmark needs it")
+    if ahead_binary() is None:
+        pytest.skip("no `ahead` binary: the benchmark's server is `ahead bench serve`")
+    out = tmp_path / "rows.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "ahead.bench_tier", "--quick", "--rows", "tier,local,scan",
+         "--profile", "lan", "--json", str(out), "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env={**os.environ},
+    )
+    assert r.returncode == 0, r.stderr
+    rows = {x["row"]: x for x in json.loads(out.read_text())}
+    assert rows["tier epoch 1"]["fetched"] >= 1.0
+    # What the server sent: the HEADs' answers, no data.
+    assert rows["tier epoch 2"]["fetched"] < 0.001 and rows["tier epoch 3"]["fetched"] < 0.001
+    assert rows["local files"]["mb_s"] > 0
+    scan = rows["scan: working set's hit ratio"]
+    assert scan["hit_ratio"] >= 0.9 and scan["dir_bytes"] <= scan["tier_size"]

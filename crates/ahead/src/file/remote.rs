@@ -65,19 +65,6 @@ impl Engine {
     }
 }
 
-/// How long a dropped engine waits for its disk tier's last writes.
-const TIER_FLUSH: std::time::Duration = std::time::Duration::from_secs(10);
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // The chunks fetched last are written after their readers had
-        // them, on the runtime's threads, which go with the engine.
-        if let Some(t) = &self.tier {
-            t.flush(TIER_FLUSH);
-        }
-    }
-}
-
 impl Shared {
     /// The engine's runtime for object requests, started on first use.
     fn runtime(&self) -> std::io::Result<Arc<Runtime>> {

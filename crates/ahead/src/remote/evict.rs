@@ -14,7 +14,7 @@ use super::tier::{now_ns, DiskTier, Header, GHOSTS};
 pub(crate) struct Listed {
     stem: String,
     pub(crate) header: Header,
-    /// Bytes its data file holds on disk.
+    /// Bytes its data and index files hold on disk.
     pub(crate) bytes: u64,
 }
 
@@ -35,8 +35,10 @@ pub(crate) fn list(tier: &DiskTier) -> io::Result<Vec<Listed>> {
         let Some(header) = Header::read(&fd) else {
             continue;
         };
-        let bytes = rustix::fs::statat(dir, format!("{stem}.dat"), AtFlags::SYMLINK_NOFOLLOW)
-            .map_or(0, |st| st.st_blocks as u64 * 512);
+        let index = rustix::fs::fstat(&fd).map_or(0, |st| st.st_blocks as u64 * 512);
+        let bytes = index
+            + rustix::fs::statat(dir, format!("{stem}.dat"), AtFlags::SYMLINK_NOFOLLOW)
+                .map_or(0, |st| st.st_blocks as u64 * 512);
         out.push(Listed {
             stem: stem.to_owned(),
             header,
@@ -62,11 +64,7 @@ fn open(dir: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
 /// more if it was opened again, else is dropped. Returns the bytes left.
 pub(crate) fn pass(tier: &DiskTier) -> io::Result<u64> {
     let listed = list(tier)?;
-    let mut total: u64 = listed
-        .iter()
-        .filter(|o| !o.header.ghost)
-        .map(|o| o.bytes)
-        .sum();
+    let mut total: u64 = listed.iter().map(|o| o.bytes).sum();
     let limit = tier.limit();
     if total <= limit {
         return Ok(total);
@@ -74,13 +72,24 @@ pub(crate) fn pass(tier: &DiskTier) -> io::Result<u64> {
     let target = limit / super::tier::AFTER_PASS.1 * super::tier::AFTER_PASS.0;
     let (mut ghosts, live): (Vec<Listed>, Vec<Listed>) =
         listed.into_iter().partition(|o| o.header.ghost);
+    let dir = tier.dir();
+    // Ghosts first: as many as there are versions with data (S3-FIFO's
+    // ghost queue is as long as its main one), and at most GHOSTS.
+    let keep = live.len().clamp(64, GHOSTS);
+    if ghosts.len() > keep {
+        ghosts.sort_by_key(|o| o.header.inserted);
+        let drop = ghosts.len() - keep;
+        for o in ghosts.drain(..drop) {
+            let _ = rustix::fs::unlinkat(dir, format!("{}.idx", o.stem), AtFlags::empty());
+            total -= o.bytes;
+        }
+    }
     let (mut main, mut small): (Vec<Listed>, Vec<Listed>) =
         live.into_iter().partition(|o| o.header.main);
     main.sort_by_key(|o| o.header.inserted);
     small.sort_by_key(|o| o.header.inserted);
     let (mut main, mut small) = (VecDeque::from(main), VecDeque::from(small));
     let mut small_bytes: u64 = small.iter().map(|o| o.bytes).sum();
-    let dir = tier.dir();
     let counters = &tier.counters;
     while total > target {
         if !small.is_empty() && (small_bytes > limit / super::tier::SMALL_SHARE || main.is_empty())
@@ -106,7 +115,8 @@ pub(crate) fn pass(tier: &DiskTier) -> io::Result<u64> {
                     let _ = rustix::fs::ftruncate(&fd, 0);
                     let _ = o.header.write(&fd);
                 }
-                total -= o.bytes;
+                // What is left of it: its header's block.
+                total -= o.bytes.saturating_sub(4096);
                 counters
                     .evicted
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -128,12 +138,6 @@ pub(crate) fn pass(tier: &DiskTier) -> io::Result<u64> {
             }
         } else {
             break;
-        }
-    }
-    if ghosts.len() > GHOSTS {
-        ghosts.sort_by_key(|o| o.header.inserted);
-        for o in &ghosts[..ghosts.len() - GHOSTS] {
-            let _ = rustix::fs::unlinkat(dir, format!("{}.idx", o.stem), AtFlags::empty());
         }
     }
     Ok(total)

@@ -116,8 +116,6 @@ pub struct DiskTier {
     since_scan: AtomicU64,
     /// The disk was full: no admission until a pass frees space.
     full: AtomicBool,
-    /// Admissions started and not yet done ([`DiskTier::flush`]).
-    pending: AtomicU64,
     pub(crate) counters: Counters,
 }
 
@@ -150,7 +148,8 @@ pub struct TierStats {
 /// What a tier holds now, counted from its files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TierUsage {
-    /// Bytes of object data on disk.
+    /// Bytes on disk: object data, and the indexes of every version
+    /// (ghosts' too).
     pub bytes: u64,
     /// Object versions with data.
     pub objects: u64,
@@ -205,7 +204,6 @@ impl DiskTier {
             used: AtomicU64::new(0),
             since_scan: AtomicU64::new(0),
             full: AtomicBool::new(false),
-            pending: AtomicU64::new(0),
             counters: Counters::default(),
         };
         let usage = tier.scan().map_err(named)?;
@@ -255,31 +253,6 @@ impl DiskTier {
         TierObject::open(self.clone(), identity, etag, size).ok()
     }
 
-    /// An admission is starting; it calls [`DiskTier::admitted`] when
-    /// done.
-    pub(crate) fn admitting(&self) {
-        self.pending.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub(crate) fn admitted(&self) {
-        self.pending.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Waits, at most `timeout`, for the chunks fetched so far to be
-    /// written (they are written after their readers have them). An
-    /// engine does this when it is dropped, so that a short process keeps
-    /// what it fetched.
-    pub fn flush(&self, timeout: std::time::Duration) -> bool {
-        let start = std::time::Instant::now();
-        while self.pending.load(Ordering::Acquire) > 0 {
-            if start.elapsed() >= timeout {
-                return false;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        true
-    }
-
     /// Counts `bytes` just added; runs an eviction pass if the tier may
     /// now be over its bound, or this process added a sixteenth of it
     /// since it last counted everyone's.
@@ -321,8 +294,8 @@ impl DiskTier {
                 u.ghosts += 1;
             } else {
                 u.objects += 1;
-                u.bytes += o.bytes;
             }
+            u.bytes += o.bytes;
         }
         Ok(u)
     }
@@ -489,11 +462,6 @@ impl TierObject {
         self.size
     }
 
-    /// The tier it is in.
-    pub(crate) fn tier(&self) -> &DiskTier {
-        &self.tier
-    }
-
     /// Chunk `c`'s length (the last one may be short).
     fn chunk_len(&self, c: u64) -> u64 {
         CHUNK.min(self.size.saturating_sub(c * CHUNK))
@@ -582,48 +550,55 @@ impl TierObject {
     }
 
     /// Keeps chunks from `first` on, whose bytes `bytes` holds one after
-    /// another (whole chunks; the object's last may be short). Errors are
-    /// counted, never returned: the tier is a cache.
+    /// another (whole chunks; the object's last may be short): their bytes
+    /// in one write, then their entries in one. Errors are counted, never
+    /// returned: the tier is a cache.
     pub(crate) fn admit(&self, first: u64, bytes: &[u8]) {
         if self.tier.full.load(Ordering::Relaxed) {
             return;
         }
-        let mut written = 0;
+        // Only whole chunks (each as long as the object lets it be).
+        let mut len = 0usize;
+        let mut entries = Vec::new();
         for (k, part) in bytes.chunks(CHUNK as usize).enumerate() {
             let c = first + k as u64;
             if part.len() as u64 != self.chunk_len(c) {
                 break;
             }
-            let mut buf = AlignedBuf::new(part.len(), ALIGN);
-            buf.as_mut_slice()[..part.len()].copy_from_slice(part);
-            match write_full(&self.data, buf.as_slice(), c * CHUNK) {
-                Ok(()) => {}
-                Err(e) => {
-                    if e.raw_os_error() == Some(libc::ENOSPC)
-                        || e.raw_os_error() == Some(libc::EDQUOT)
-                    {
-                        self.tier.full.store(true, Ordering::Relaxed);
-                    }
-                    break;
-                }
-            }
-            self.drop_cached(c * CHUNK, buf.len() as u64);
             let mut e = [0u8; ENTRY];
             e[..8].copy_from_slice(&self.checksum(c, part).to_le_bytes());
             e[8..12].copy_from_slice(&(part.len() as u32).to_le_bytes());
             e[12..16].copy_from_slice(&VALID.to_le_bytes());
-            if write_full(&self.index, &e, (HEADER + c as usize * ENTRY) as u64).is_err() {
-                break;
+            entries.extend_from_slice(&e);
+            len += part.len();
+        }
+        if len == 0 {
+            return;
+        }
+        let mut buf = AlignedBuf::new(len, ALIGN);
+        buf.as_mut_slice()[..len].copy_from_slice(&bytes[..len]);
+        if let Err(e) = write_full(&self.data, buf.as_slice(), first * CHUNK) {
+            if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+                self.tier.full.store(true, Ordering::Relaxed);
             }
-            written += part.len() as u64;
+            return;
         }
-        if written > 0 {
-            self.tier
-                .counters
-                .bytes_written
-                .fetch_add(written, Ordering::Relaxed);
-            self.tier.added(written);
+        self.drop_cached(first * CHUNK, buf.len() as u64);
+        // The entries after the bytes they vouch for.
+        if write_full(
+            &self.index,
+            &entries,
+            (HEADER + first as usize * ENTRY) as u64,
+        )
+        .is_err()
+        {
+            return;
         }
+        self.tier
+            .counters
+            .bytes_written
+            .fetch_add(len as u64, Ordering::Relaxed);
+        self.tier.added(len as u64);
     }
 
     /// Leaves the page cache as it was where O_DIRECT could not be used.

@@ -1,7 +1,7 @@
 //! A read of an object whose engine has a disk tier ([`super::tier`]):
 //! the chunks the tier holds are read from it, only the runs of chunks it
 //! lacks are fetched from the store (each one ranged GET), and those are
-//! kept for the next reader.
+//! kept for the next reader before the read completes.
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -69,15 +69,18 @@ impl Request {
             }
         }
         if !fetched.is_empty() {
-            // Kept after the reader has its bytes, off the runtime's
-            // threads.
-            tier.tier().admitting();
-            tokio::task::spawn_blocking(move || {
+            // Kept before the read completes, off the runtime's threads: a
+            // write queued behind it would be lost with a process that
+            // exits without running destructors (multiprocessing's
+            // workers, os._exit), and the queue would have no bound. A
+            // window is read ahead of its reader, so the write (a few ms
+            // for 4 MiB) is rarely waited for.
+            let _ = tokio::task::spawn_blocking(move || {
                 for (c, v) in fetched {
                     tier.admit(c, &v);
                 }
-                tier.tier().admitted();
-            });
+            })
+            .await;
         }
         Ok(part.len())
     }
