@@ -422,6 +422,45 @@ fn a_mapped_file_is_reported_in_the_stats() {
     assert_eq!(st["requests"], 0, "{st}");
 }
 
+/// A backward scan of rows of three pages, each row read forward (as
+/// sqlite3 reads a leaf and its overflow pages, rows `order by id desc`):
+/// the short forward runs are sent to the helper, which sees its backward
+/// windows used and hints them. When every read that continued the last
+/// was passed over, such a scan sent no hint at all.
+#[test]
+fn a_backward_scan_of_rows_read_forward_is_hinted() {
+    let Some(python) = need(&["python3"], "python3") else {
+        return;
+    };
+    let dir = scratch();
+    let file = dir.path().join("rows.bin");
+    let rows = 2048u64;
+    let mut data = vec![0u8; (rows * 3 * 4096) as usize];
+    ahead::testdata::fill(&mut data, 0);
+    std::fs::write(&file, &data).unwrap();
+    let script = format!(
+        "import os, zlib\n\
+         fd = os.open({file:?}, os.O_RDONLY)\n\
+         c = 0\n\
+         for r in range({rows} - 1, -1, -1):\n\
+         \x20   for p in range(3):\n\
+         \x20       c = zlib.crc32(os.pread(fd, 4096, (r * 3 + p) * 4096), c)\n\
+         print(c)\n",
+        file = s(&file)
+    );
+    let plain = out(Command::new(&python).args(["-c", &script]));
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let f = std::fs::File::open(&file).unwrap();
+    f.sync_all().unwrap();
+    ahead::residency::evict(&f, 0, 0).unwrap();
+    let stats = dir.path().join("stats.json");
+    let (o, lines) = run_with_stats(&stats, &[s(&python), "-c", &script]);
+    assert_eq!(o.stdout, plain.stdout, "the program's output differs");
+    let st = stats_of(&lines, &file);
+    assert!(st["hints"].as_u64().unwrap() > 0, "{st}");
+    assert!(st["accuracy"].as_f64().unwrap() >= 0.5, "{st}");
+}
+
 /// Files readahead cannot help send the helper nothing beyond their first
 /// read (with --stats): a small file, a wholly cached one read backward,
 /// and a forward stream; the process's line counts the reads passed over

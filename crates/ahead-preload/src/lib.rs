@@ -74,6 +74,12 @@ pub(crate) struct Slot {
     pub(crate) next: AtomicU64,
     /// Readahead mode: reads of a quiet cached file since it was looked at.
     pub(crate) reads: AtomicU32,
+    /// Readahead mode: reads in a row that each began where the last
+    /// ended ([`quiet::FORWARD_RUN`]).
+    pub(crate) run: AtomicU32,
+    /// Readahead mode: reads that did not (up to 2: the file is not read
+    /// only forward).
+    pub(crate) jumps: AtomicU8,
     /// Readahead mode with `--stats`: a read of the file was sent to the
     /// helper (the first always is, so that every file has its line).
     pub(crate) noted: AtomicU8,
@@ -99,6 +105,8 @@ impl Slot {
             quiet: AtomicU8::new(quiet::ACTIVE),
             next: AtomicU64::new(0),
             reads: AtomicU32::new(0),
+            run: AtomicU32::new(0),
+            jumps: AtomicU8::new(0),
             noted: AtomicU8::new(0),
             held: AtomicU8::new(quiet::NONE_HELD),
             held_at: AtomicU64::new(0),
@@ -125,6 +133,8 @@ pub(crate) fn reset(fd: c_int) {
         s.quiet.store(quiet::ACTIVE, Ordering::Relaxed);
         s.next.store(0, Ordering::Relaxed);
         s.reads.store(0, Ordering::Relaxed);
+        s.run.store(0, Ordering::Relaxed);
+        s.jumps.store(0, Ordering::Relaxed);
         s.noted.store(0, Ordering::Relaxed);
         s.held.store(quiet::NONE_HELD, Ordering::Relaxed);
         s.no_dontcache.store(0, Ordering::Relaxed);
