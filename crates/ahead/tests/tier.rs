@@ -273,6 +273,20 @@ fn the_bound_holds_and_a_scan_does_not_push_out_the_working_set() {
         f.put(&format!("o{k}"), object_bytes(one, k));
     }
     let limit = 4 << 20;
+    // Data files without an index: one left by a process long gone, one
+    // an open may be making its index for.
+    let sub = f.tier_dir().join("ahead-tier-v1");
+    std::fs::create_dir_all(&sub).unwrap();
+    let orphan = |name: &str, age: u64| {
+        let p = sub.join(name);
+        let o = std::fs::File::create(&p).unwrap();
+        o.set_len(1 << 20).unwrap();
+        std::io::Write::write_all(&mut &o, &[1u8; 4096]).unwrap();
+        o.set_modified(std::time::SystemTime::now() - Duration::from_secs(age))
+            .unwrap();
+        p
+    };
+    let (old, young) = (orphan("0123.dat", 600), orphan("4567.dat", 0));
     // The working set, read in two epochs (each a fresh engine, as a
     // process would be).
     for _ in 0..2 {
@@ -291,6 +305,10 @@ fn the_bound_holds_and_a_scan_does_not_push_out_the_working_set() {
     let tier = DiskTier::open(&f.tier_dir(), Some(limit)).unwrap();
     let u = tier.usage().unwrap();
     assert!(u.bytes <= limit, "{u:?}");
+    assert!(
+        !old.exists() && young.exists(),
+        "the old orphan goes, the young one stays"
+    );
     // The working set is still there.
     let e = f.engine(Some(limit));
     for k in 0..2 {

@@ -18,14 +18,25 @@ pub(crate) struct Listed {
     pub(crate) bytes: u64,
 }
 
+/// A data file without an index, older than this, is an orphan (its
+/// index was removed by a pass while a process was opening it, or the
+/// process died between the two): a pass removes it. Younger, it may be
+/// one whose index a concurrent open is making.
+const ORPHAN_AGE_S: i64 = 60;
+
 /// Every version in the tier, with its header and its data's bytes; an
-/// index that is not one (no header) is skipped.
-pub(crate) fn list(tier: &DiskTier) -> io::Result<Vec<Listed>> {
+/// index that is not one (no header) is skipped. Data files without an
+/// index, in `orphans`.
+fn list_all(tier: &DiskTier, orphans: &mut Vec<String>) -> io::Result<Vec<Listed>> {
     let mut out = Vec::new();
     let dir = tier.dir();
+    let mut data = Vec::new();
     for entry in rustix::fs::Dir::read_from(dir)? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy();
+        if let Some(stem) = name.strip_suffix(".dat") {
+            data.push(stem.to_owned());
+        }
         let Some(stem) = name.strip_suffix(".idx") else {
             continue;
         };
@@ -45,7 +56,33 @@ pub(crate) fn list(tier: &DiskTier) -> io::Result<Vec<Listed>> {
             bytes,
         });
     }
+    let indexed: std::collections::HashSet<&str> = out.iter().map(|o| o.stem.as_str()).collect();
+    orphans.extend(data.into_iter().filter(|s| !indexed.contains(s.as_str())));
     Ok(out)
+}
+
+/// Every version in the tier ([`list_all`]).
+pub(crate) fn list(tier: &DiskTier) -> io::Result<Vec<Listed>> {
+    list_all(tier, &mut Vec::new())
+}
+
+/// Removes the orphans among `stems` (see [`ORPHAN_AGE_S`]).
+fn remove_orphans(dir: &OwnedFd, stems: &[String]) {
+    let now = now_ns() as i64 / 1_000_000_000;
+    for stem in stems {
+        let name = format!("{stem}.dat");
+        let old = rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| {
+            #[allow(clippy::unnecessary_cast)] // its width varies by architecture
+            let mtime = st.st_mtime as i64;
+            now - mtime > ORPHAN_AGE_S
+        });
+        // Its index may have come meanwhile.
+        let indexed =
+            rustix::fs::statat(dir, format!("{stem}.idx"), AtFlags::SYMLINK_NOFOLLOW).is_ok();
+        if old && !indexed {
+            let _ = rustix::fs::unlinkat(dir, &name, AtFlags::empty());
+        }
+    }
 }
 
 fn open(dir: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
@@ -63,7 +100,9 @@ fn open(dir: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
 /// and kept as a ghost; otherwise the main queue's head goes round once
 /// more if it was opened again, else is dropped. Returns the bytes left.
 pub(crate) fn pass(tier: &DiskTier) -> io::Result<u64> {
-    let listed = list(tier)?;
+    let mut orphans = Vec::new();
+    let listed = list_all(tier, &mut orphans)?;
+    remove_orphans(tier.dir(), &orphans);
     let mut total: u64 = listed.iter().map(|o| o.bytes).sum();
     let limit = tier.limit();
     if total <= limit {
