@@ -377,4 +377,24 @@ fn a_directory_others_may_write_is_refused() {
     let file = f.dir.path().join("plain");
     std::fs::write(&file, b"x").unwrap();
     assert!(Engine::new(EngineConfig::default().with_cache_dir(&file)).is_err());
+
+    // A link to a private directory: taken if it is the caller's, refused
+    // if another user planted it (as root, the link is handed to nobody).
+    let target = f.dir.path().join("private");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let link = f.dir.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert!(Engine::new(EngineConfig::default().with_cache_dir(&link)).is_ok());
+    if std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).is_err() {
+        eprintln!("SKIPPED a link of another user's: lchown needs root");
+        return;
+    }
+    let Err(err) = Engine::new(EngineConfig::default().with_cache_dir(&link)) else {
+        panic!("another user's link was followed")
+    };
+    assert!(
+        err.to_string().contains("a link owned by uid 65534"),
+        "{err}"
+    );
 }

@@ -171,6 +171,20 @@ impl DiskTier {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(named(e.into())),
         }
+        // The one link followed is the caller's own path, and only when it
+        // belongs to the caller or to root (as fs.protected_symlinks has
+        // it): a link another user planted at DIR is refused.
+        let st = rustix::fs::lstat(dir).map_err(|e| named(e.into()))?;
+        let euid = rustix::process::geteuid().as_raw();
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink
+            && st.st_uid != euid
+            && st.st_uid != 0
+        {
+            return Err(named(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("a link owned by uid {}, not by the caller", st.st_uid),
+            )));
+        }
         let top = rustix::fs::open(
             dir,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
