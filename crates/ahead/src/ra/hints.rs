@@ -140,10 +140,19 @@ impl Hinter {
             &mut self.table,
             Request::new(first, count.max(1)),
         );
-        let windows = std::mem::take(&mut self.table.windows);
+        let mut windows = std::mem::take(&mut self.table.windows);
         let fresh = std::mem::take(&mut self.table.fresh);
         if sequential {
-            return 0;
+            // The kernel follows a forward stream itself, but not a
+            // backward or strided window that a forward read decided: a
+            // backward scan of rows read forward (sqlite3's leaf and
+            // overflow pages) meets its lookahead marker on a forward
+            // read. Dropped, that window was taken for read all the same,
+            // and never hinted: 36% of such a scan went unhinted.
+            windows.retain(|w| !matches!(w.shape, Shape::Forward));
+            if windows.is_empty() {
+                return 0;
+            }
         }
         let gap_max = GAP_MAX / page;
         let (req_first, req_end) = (first, first + count);
@@ -304,6 +313,55 @@ mod tests {
         // Most of the last 300 requests' pages, hinted before them.
         assert!(late > 250, "hinted {late}: {:?}", h.describe());
         assert_eq!(gaps, 0, "{:?}", h.describe());
+    }
+
+    /// Rows of three pages read backward, the last two of each forward
+    /// (sqlite3's leaf and overflow pages, `order by id desc`): the lookahead marker
+    /// of a backward window is often met by a read that continues the
+    /// last, and its next window is hinted all the same. When windows
+    /// decided on such reads were dropped, 36% of a real scan's pages went
+    /// unhinted.
+    #[test]
+    fn a_backward_window_decided_on_a_forward_read_is_hinted() {
+        let mut h = hinter();
+        let rows = 2000u64;
+        let mut known = std::collections::HashSet::new();
+        let (mut hinted, mut before) = (std::collections::HashSet::new(), 0);
+        let mut last_end = u64::MAX;
+        let mut seed = 7u64;
+        for r in (0..rows).rev() {
+            // The row's pages in one of the orders sqlite3's trace shows:
+            // backward, forward, or the last first and then the two
+            // before it forward.
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let order = [[2, 1, 0], [0, 1, 2], [2, 0, 1], [1, 2, 0]][(seed >> 62) as usize];
+            for k in order {
+                let p = 3 * r + k;
+                if hinted.contains(&p) {
+                    before += 1;
+                }
+                let mut out = Vec::new();
+                let at = p * 4096;
+                h.request(at, 4096, known.contains(&p), at == last_end, &mut out);
+                last_end = at + 4096;
+                known.insert(p);
+                for (x, n) in out {
+                    for q in x / 4096..(x + n) / 4096 {
+                        hinted.insert(q);
+                        known.insert(q);
+                    }
+                }
+            }
+        }
+        // All but the pages read before the stream was borne out.
+        assert!(
+            before * 100 >= 95 * 3 * rows,
+            "{before} of {} pages hinted before they were read: {:?}",
+            3 * rows,
+            h.describe()
+        );
     }
 
     #[test]
