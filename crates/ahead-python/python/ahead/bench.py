@@ -106,6 +106,18 @@ class _Boto3Ranged:
         pass
 
 
+def ahead_options(hello):
+    """object_store's options for the server ``ahead bench serve`` said
+    hello with."""
+    return {
+        "endpoint": hello["endpoint"],
+        "access_key_id": hello["access_key"],
+        "secret_access_key": hello["secret_key"],
+        "region": hello["region"],
+        "allow_http": "true",
+    }
+
+
 class _Conn:
     """How an engine reaches the server, made in the process that reads."""
 
@@ -129,14 +141,7 @@ class _Conn:
         if engine == "ahead":
             import ahead
 
-            opts = {
-                "endpoint": h["endpoint"],
-                "access_key_id": h["access_key"],
-                "secret_access_key": h["secret_key"],
-                "region": h["region"],
-                "allow_http": "true",
-            }
-            return ahead.open(f"s3://{h['bucket']}/{key}", options=opts)
+            return ahead.open(f"s3://{h['bucket']}/{key}", options=ahead_options(h))
         if engine == "s3fs":
             import s3fs
 

@@ -41,15 +41,11 @@ import sys
 import tempfile
 import time
 
+from ahead.bench import _words, ahead_options
+
 MIB = 1 << 20
 WORKERS = 8
 N_OBJECTS = 64
-
-
-def _words(offset, n):
-    from ahead.bench import _words as w
-
-    return w(offset, n)
 
 
 def _reader(engine, spec, cache_dir):
@@ -59,13 +55,7 @@ def _reader(engine, spec, cache_dir):
     h = spec["hello"]
     if engine == "local":
         return lambda i: ahead.open(os.path.join(spec["local_dir"], f"{i:03}"))
-    opts = {
-        "endpoint": h["endpoint"],
-        "access_key_id": h["access_key"],
-        "secret_access_key": h["secret_key"],
-        "region": h["region"],
-        "allow_http": "true",
-    }
+    opts = ahead_options(h)
     if engine == "filecache":
         import fsspec
 
@@ -138,13 +128,7 @@ def _parquet_run(args):
     import pyarrow.parquet as pq
 
     h = spec["hello"]
-    opts = {
-        "endpoint": h["endpoint"],
-        "access_key_id": h["access_key"],
-        "secret_access_key": h["secret_key"],
-        "region": h["region"],
-        "allow_http": "true",
-    }
+    opts = ahead_options(h)
     eng = ahead.Engine(objects=True, cache_dir=cache_dir, cache_dir_size=spec["tier_size"])
     t0 = time.perf_counter()
     with eng.open(f"s3://{h['bucket']}/t.parquet", options=opts) as f:
@@ -161,13 +145,7 @@ def _read_objects(args):
     import ahead
 
     h = spec["hello"]
-    opts = {
-        "endpoint": h["endpoint"],
-        "access_key_id": h["access_key"],
-        "secret_access_key": h["secret_key"],
-        "region": h["region"],
-        "allow_http": "true",
-    }
+    opts = ahead_options(h)
     eng = ahead.Engine(objects=True, cache_dir=cache_dir, cache_dir_size=spec["tier_size"])
     got = tier = 0
     buf = bytearray(MIB)
