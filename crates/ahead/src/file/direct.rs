@@ -3,7 +3,6 @@
 //! the backend, and walking a request's pages as they arrive.
 
 use super::*;
-use crate::io::Backend;
 
 /// Receives runs of pinned `(frame, valid bytes)` with the bytes done so
 /// far; returns true if it keeps the pins.
@@ -73,7 +72,7 @@ impl File {
             max_io_pages: self.inner.engine.max_io_pages,
             request: request.index..request.end(),
             plans: Vec::new(),
-            device: self.source_cost(),
+            device: self.inner.cost,
         }
     }
 
@@ -133,8 +132,8 @@ impl File {
             }
             let op = self.op_for(&plan, page);
             let engine = shared.clone();
-            let learn = self.learns().then(|| engine.submitted());
-            self.backend().submit(
+            let learn = self.inner.learns.then(|| engine.submitted());
+            self.inner.backend.submit(
                 op,
                 Box::new(move |_op, result| {
                     if let Some(at) = learn {
@@ -146,8 +145,8 @@ impl File {
         }
         if let Some(plan) = inline {
             let mut op = self.op_for(&plan, page);
-            let learn = self.learns().then(|| shared.submitted());
-            let result = self.backend().read_now(&mut op);
+            let learn = self.inner.learns.then(|| shared.submitted());
+            let result = self.inner.backend.read_now(&mut op);
             if let Some(at) = learn {
                 shared.completed(at, &result);
             }
@@ -155,44 +154,11 @@ impl File {
         }
     }
 
-    /// Whether this file's reads teach the engine its device's costs: a
-    /// file's do; an object's go to another backend, whose costs are the
-    /// published ones ([`crate::ra::DeviceCost::object_store`]).
-    fn learns(&self) -> bool {
-        matches!(self.inner.kind, Kind::Direct { .. })
-    }
-
-    /// What the file's source charges, where it is known; `None` for a
-    /// file (the policies' measured defaults: what the engine learns of
-    /// its device, [`crate::ra::learn`], is not yet steady enough to
-    /// decide by). For an object: [`crate::ra::DeviceCost::object_store`]
-    /// with the engine's depth of requests in flight.
-    fn source_cost(&self) -> Option<crate::ra::DeviceCost> {
-        match &self.inner.kind {
-            #[cfg(feature = "remote")]
-            Kind::Object(_) => Some(crate::ra::DeviceCost::object_store(
-                self.page(),
-                self.inner.engine.config.depth as u64,
-            )),
-            _ => None,
-        }
-    }
-
-    /// Where this file's reads go: the engine's backend, or for an object
-    /// its remote one.
-    fn backend(&self) -> &Arc<dyn Backend> {
-        match &self.inner.kind {
-            #[cfg(feature = "remote")]
-            Kind::Object(_) => self.inner.engine.remote_backend(),
-            _ => &self.inner.engine.backend,
-        }
-    }
-
     pub(super) fn op_for(&self, plan: &Plan, page: u64) -> ReadOp {
         let shared = &self.inner.engine;
         let len = plan.frames.len() * page as usize;
         ReadOp {
-            source: self.inner.kind.source(),
+            source: self.inner.source.clone(),
             offset: plan.first * page,
             len,
             buf: IoBuf::Frames(crate::io::FrameBuf::new(

@@ -85,6 +85,15 @@ struct FileInner {
     path: PathBuf,
     /// What the file is, decided once when it was opened.
     kind: Kind,
+    /// What its reads read ([`Kind::source`]), and what the source says of
+    /// itself, asked once at open: where the cached kinds' reads go (the
+    /// engine's backend, or for a source read by requests its request
+    /// backend), what they cost the policy, and whether they teach the
+    /// engine its device.
+    source: Arc<dyn ReadSource>,
+    backend: Arc<dyn crate::io::Backend>,
+    cost: Option<ra::DeviceCost>,
+    learns: bool,
     policy: Mutex<Box<dyn Policy>>,
     /// Requests served by the hit path, for the policy to see in order
     /// before its next decision (see [`File::read_hit`]); one queue per
@@ -156,6 +165,14 @@ impl File {
         // The hit path serves reads the policy needs to see only in
         // order (on-demand policies).
         let hit_path = p.engine.config.lock_free_hits && p.policy.calls() == ra::Calls::OnDemand;
+        let source = p.kind.source();
+        let by_request = source.by_request();
+        let backend = match () {
+            #[cfg(feature = "remote")]
+            () if by_request => p.engine.remote_backend().clone(),
+            () => p.engine.backend.clone(),
+        };
+        let cost = source.cost(p.engine.config.page_size);
         File {
             inner: Arc::new(FileInner {
                 served: Served::default(),
@@ -163,6 +180,10 @@ impl File {
                 id: p.id,
                 path: p.path,
                 kind: p.kind,
+                source,
+                backend,
+                cost,
+                learns: !by_request,
                 policy: Mutex::new(p.policy),
                 hits_seen: hit_queues(),
                 hits_queued: std::sync::atomic::AtomicBool::new(false),
@@ -290,7 +311,7 @@ impl File {
     /// taken: the next reads see the file as it is. Unchanged, nothing is
     /// dropped. See the crate docs for the coherence contract.
     pub fn refresh(&self) -> Result<Refreshed> {
-        let now = (self.inner.kind.source().version())
+        let now = (self.inner.source.version())
             .map_err(|e| Error::io("stat", &self.inner.path, None, e))?;
         let mut stamp = self.inner.stamp.lock().unwrap_or_else(|p| p.into_inner());
         if *stamp == now {

@@ -198,6 +198,22 @@ pub trait ReadSource: Send + Sync {
     /// its contents may have (a file: its modification and change times;
     /// an object: its ETag). [`crate::File::refresh`] compares them.
     fn version(&self) -> io::Result<Version>;
+    /// Whether its reads are requests to a server rather than a device's
+    /// reads: such a source is read on the engine's request backend
+    /// ([`Requests`]), which lets it [`ReadSource::start`] its own, and
+    /// its reads do not teach the engine its device's costs
+    /// ([`crate::Engine::device_cost`]). The default: a device.
+    fn by_request(&self) -> bool {
+        false
+    }
+    /// What reading it costs, as the readahead policies weigh speculation
+    /// ([`crate::ra::DeviceCost`], in pages of `page_size`), where the
+    /// source knows. The default, `None`: a device, whose costs are the
+    /// policies' measured defaults.
+    fn cost(&self, page_size: u64) -> Option<crate::ra::DeviceCost> {
+        let _ = page_size;
+        None
+    }
 }
 
 /// A source's size and a tag of its contents, as [`ReadSource::version`]

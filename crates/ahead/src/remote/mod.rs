@@ -62,6 +62,8 @@ pub(crate) struct Runtime {
     rt: Option<tokio::runtime::Runtime>,
     /// Requests in flight, engine-wide, at most the engine's depth.
     permits: Arc<tokio::sync::Semaphore>,
+    /// That depth.
+    depth: usize,
 }
 
 impl Runtime {
@@ -74,7 +76,13 @@ impl Runtime {
         Ok(Runtime {
             rt: Some(rt),
             permits: Arc::new(tokio::sync::Semaphore::new(depth.max(1))),
+            depth: depth.max(1),
         })
+    }
+
+    /// How many requests it keeps in flight at most.
+    pub(crate) fn depth(&self) -> usize {
+        self.depth
     }
 
     pub(crate) fn handle(&self) -> tokio::runtime::Handle {
@@ -623,5 +631,19 @@ impl ReadSource for ObjectSource {
 
     fn version(&self) -> io::Result<Version> {
         self.look()
+    }
+
+    fn by_request(&self) -> bool {
+        true
+    }
+
+    /// The published figures of an object store
+    /// ([`crate::ra::DeviceCost::object_store`]), with the engine's depth
+    /// of requests in flight.
+    fn cost(&self, page_size: u64) -> Option<crate::ra::DeviceCost> {
+        Some(crate::ra::DeviceCost::object_store(
+            page_size,
+            self.runtime.depth() as u64,
+        ))
     }
 }
