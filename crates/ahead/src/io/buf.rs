@@ -77,7 +77,10 @@ impl Drop for AlignedBuf {
 /// The arena does not know who may touch which frame; the cache's page
 /// state machine does (a frame is written only by the one read that owns it
 /// while no reader can see it, and read only while it is pinned and up to
-/// date). Hence the raw accessors are `unsafe`.
+/// date). Hence the raw accessors are `unsafe`, and only the crate makes an
+/// arena or reaches its frames: outside it, an arena is what a
+/// [`Backend`](super::Backend) is offered to register
+/// ([`Backend::attach`](super::Backend::attach)), and its size.
 pub struct Arena {
     /// The first frame (the mapping, rounded up to the frame size).
     base: NonNull<u8>,
@@ -98,7 +101,7 @@ impl Arena {
     /// An arena of `frames` frames of `frame_size` bytes (a power of two).
     /// Reserves address space only; fails (ENOMEM) when even that cannot
     /// be had, or when the size overflows.
-    pub fn new(frames: usize, frame_size: usize) -> std::io::Result<Arc<Arena>> {
+    pub(crate) fn new(frames: usize, frame_size: usize) -> std::io::Result<Arc<Arena>> {
         let too_big = || std::io::Error::from_raw_os_error(libc::ENOMEM);
         if !frame_size.is_power_of_two() {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
@@ -151,7 +154,7 @@ impl Arena {
     ///
     /// # Panics
     /// If `frame` is out of range.
-    pub fn frame_ptr(&self, frame: u32) -> *mut u8 {
+    pub(crate) fn frame_ptr(&self, frame: u32) -> *mut u8 {
         assert!((frame as usize) < self.frames, "frame {frame} out of range");
         // SAFETY: frame < frames, so the offset stays inside the allocation.
         unsafe { self.base.as_ptr().add(frame as usize * self.frame_size) }
@@ -162,7 +165,7 @@ impl Arena {
     /// # Safety
     /// No one may write the frame while the returned slice lives (the cache
     /// guarantees this by pinning an up-to-date page).
-    pub unsafe fn frame(&self, frame: u32, len: usize) -> &[u8] {
+    pub(crate) unsafe fn frame(&self, frame: u32, len: usize) -> &[u8] {
         let len = len.min(self.frame_size);
         // SAFETY: inside the allocation (frame_ptr checks the range); the
         // caller guarantees no concurrent writer.

@@ -66,13 +66,8 @@ impl FrameBuf {
         FrameBuf { arena, frames }
     }
 
-    /// The frames, in the order they are filled.
-    pub fn frames(&self) -> &[u32] {
-        &self.frames
-    }
-
     /// The arena they belong to.
-    pub fn arena(&self) -> &Arc<Arena> {
+    pub(crate) fn arena(&self) -> &Arc<Arena> {
         &self.arena
     }
 }
@@ -350,7 +345,9 @@ fn is_direct(fd: BorrowedFd<'_>) -> bool {
 
 /// Reads `op` in the calling thread with preadv2(2), with the backends'
 /// semantics. Demand reads use this: the reader waits anyway, and doing the
-/// read itself spares a hand-off to another thread.
+/// read itself spares a hand-off to another thread. A backend of the
+/// caller's own ([`crate::Engine::with_backend`]) serves its reads with it
+/// too: it is the one way outside the crate to fill an [`IoBuf::Frames`].
 pub fn read_blocking(op: &mut ReadOp) -> io::Result<usize> {
     let Some(fd) = op.source.fd().map(|fd| fd.as_raw_fd()) else {
         return read_by_source(op);
