@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ahead::copy::{CacheMode, CopyOptions, CopyReport, Progress};
+use ahead::copy::{CacheMode, CopyOptions, CopyReport, Progress, Totals};
 use ahead::units::{format_size, parse_size};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
@@ -159,41 +159,24 @@ fn opt(v: Option<u64>) -> String {
 }
 
 /// The fields a file copy and a tree copy report alike.
-#[allow(clippy::too_many_arguments)]
-fn totals(
-    dst: &std::path::Path,
-    bytes: u64,
-    data_bytes: u64,
-    holes_bytes: u64,
-    resumed_bytes: u64,
-    elapsed: Duration,
-    cached: [Option<u64>; 3],
-) -> serde_json::Value {
+fn totals(dst: &std::path::Path, t: &Totals) -> serde_json::Value {
     json!({
         "dst": dst,
-        "bytes": bytes,
-        "data_bytes": data_bytes,
-        "holes_bytes": holes_bytes,
-        "resumed_bytes": resumed_bytes,
-        "elapsed_s": elapsed.as_secs_f64(),
-        "mb_s": mb_s(bytes, elapsed),
-        "src_cached_pages_before": cached[0],
-        "src_cached_pages_after": cached[1],
-        "dst_cached_pages_after": cached[2],
+        "bytes": t.bytes,
+        "data_bytes": t.data_bytes,
+        "holes_bytes": t.holes_bytes,
+        "resumed_bytes": t.resumed_bytes,
+        "elapsed_s": t.elapsed.as_secs_f64(),
+        "mb_s": mb_s(t.bytes, t.elapsed),
+        "src_cached_pages_before": t.src_cached_before,
+        "src_cached_pages_after": t.src_cached_after,
+        "dst_cached_pages_after": t.dst_cached_after,
     })
 }
 
 /// The JSON summary of a copy (documented in the README).
 pub fn summary(r: &CopyReport) -> serde_json::Value {
-    let base = totals(
-        &r.dst,
-        r.bytes,
-        r.data_bytes,
-        r.holes_bytes,
-        r.resumed_bytes,
-        r.elapsed,
-        [r.src_cached_before, r.src_cached_after, r.dst_cached_after],
-    );
+    let base = totals(&r.dst, &r.totals);
     crate::with(
         base,
         json!({
@@ -331,16 +314,16 @@ fn report(report: &CopyReport, as_json: bool) -> Result<ExitCode> {
         writeln!(
             out,
             "copied {} to {} in {:.2} s ({:.1} MB/s): {} data, {} holes{}",
-            format_size(report.bytes),
+            format_size(report.totals.bytes),
             report.dst.display(),
-            report.elapsed.as_secs_f64(),
-            mb_s(report.bytes, report.elapsed),
-            format_size(report.data_bytes),
-            format_size(report.holes_bytes),
-            if report.resumed_bytes > 0 {
+            report.totals.elapsed.as_secs_f64(),
+            mb_s(report.totals.bytes, report.totals.elapsed),
+            format_size(report.totals.data_bytes),
+            format_size(report.totals.holes_bytes),
+            if report.totals.resumed_bytes > 0 {
                 format!(
                     ", {} already done (resumed)",
-                    format_size(report.resumed_bytes)
+                    format_size(report.totals.resumed_bytes)
                 )
             } else {
                 String::new()
@@ -349,9 +332,9 @@ fn report(report: &CopyReport, as_json: bool) -> Result<ExitCode> {
         writeln!(
             out,
             "page cache: source {} -> {} pages, destination {} pages ({}, reads {}, writes {})",
-            opt(report.src_cached_before),
-            opt(report.src_cached_after),
-            opt(report.dst_cached_after),
+            opt(report.totals.src_cached_before),
+            opt(report.totals.src_cached_after),
+            opt(report.totals.dst_cached_after),
             report.method,
             report.read_path,
             report.write_path
@@ -392,19 +375,7 @@ fn exit_status(e: &ahead::Error) -> u8 {
 
 fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
     let out = if as_json {
-        let base = totals(
-            &r.dst,
-            r.bytes,
-            r.data_bytes,
-            r.holes_bytes,
-            r.resumed_bytes,
-            r.elapsed,
-            [
-                Some(r.src_cached_before),
-                Some(r.src_cached_after),
-                Some(r.dst_cached_after),
-            ],
-        );
+        let base = totals(&r.dst, &r.totals);
         serde_json::to_string_pretty(&crate::with(
             base,
             json!({
@@ -423,13 +394,13 @@ fn print_tree(r: &ahead::copy::TreeReport, as_json: bool) -> Result<()> {
             r.files,
             r.dirs,
             r.symlinks,
-            format_size(r.bytes),
-            r.elapsed.as_secs_f64(),
-            mb_s(r.bytes, r.elapsed),
+            format_size(r.totals.bytes),
+            r.totals.elapsed.as_secs_f64(),
+            mb_s(r.totals.bytes, r.totals.elapsed),
             r.dst.display(),
-            r.src_cached_before,
-            r.src_cached_after,
-            r.dst_cached_after,
+            opt(r.totals.src_cached_before),
+            opt(r.totals.src_cached_after),
+            opt(r.totals.dst_cached_after),
             if r.unknown_residency > 0 {
                 format!(" ({} file(s) not visible)", r.unknown_residency)
             } else {

@@ -323,7 +323,7 @@ fn a_download_is_exact_verified_and_never_of_two_versions() {
         &|_| {},
     )
     .unwrap();
-    assert_eq!(r.bytes, SIZE as u64);
+    assert_eq!(r.totals.bytes, SIZE as u64);
     assert!(r.checksum.is_some());
     assert_eq!(
         testdata::first_mismatch(&std::fs::read(&dst).unwrap(), 0),
@@ -408,7 +408,7 @@ fn an_interrupted_download_resumes_only_from_the_same_version() {
         .load(std::sync::atomic::Ordering::Relaxed);
     let r = get(&resume, &|_| {}).unwrap();
     assert_eq!(before, 0);
-    assert_eq!(r.resumed_bytes, 3 << 20, "{r:?}");
+    assert_eq!(r.totals.resumed_bytes, 3 << 20, "{r:?}");
     assert_eq!(
         testdata::first_mismatch(&std::fs::read(&dst).unwrap(), 0),
         None

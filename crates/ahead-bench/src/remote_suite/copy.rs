@@ -43,7 +43,7 @@ pub(super) fn copy_engine(
             let mut opts = ahead::copy::CopyOptions::default();
             opts.depth = COPY_DEPTH;
             let r = ahead::copy::download_object(store, path, "bench/big", &dst, &opts, &|_| {})?;
-            r.bytes
+            r.totals.bytes
         }
         "naive" => rt.block_on(async {
             let mut out = std::fs::File::create(&dst)?;

@@ -107,7 +107,7 @@ fn command(
                 &opts,
                 &|_| {},
             )?;
-            Ok(json!({ "bytes": r.bytes }))
+            Ok(json!({ "bytes": r.totals.bytes }))
         }
         (Some("bytes"), None, None) => Ok(json!({
             "bytes_down": shaper.map_or(0, |s| s.bytes_down().load(Ordering::Relaxed)),

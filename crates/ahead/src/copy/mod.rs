@@ -176,11 +176,11 @@ pub struct Progress {
     pub total: Option<u64>,
 }
 
-/// What a copy did.
-#[derive(Clone, Debug, Default)]
-pub struct CopyReport {
-    /// The destination actually written (after resolving a directory).
-    pub dst: PathBuf,
+/// What a copy moved, how long it took, and the page cache on both sides:
+/// what a file's copy ([`CopyReport`]) and a tree's ([`TreeReport`], the
+/// sums of its files') report alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
     /// Size of the copy in bytes.
     pub bytes: u64,
     /// Bytes read from the source and written.
@@ -191,12 +191,46 @@ pub struct CopyReport {
     pub resumed_bytes: u64,
     /// Wall time of the copy, verification included.
     pub elapsed: Duration,
-    /// Source pages cached before and after (`None`: not visible).
+    /// Source pages cached before (`None`: not visible; for a tree, the
+    /// sum over the files that showed all three counts).
     pub src_cached_before: Option<u64>,
     /// Source pages cached after.
     pub src_cached_after: Option<u64>,
     /// Destination pages cached after.
     pub dst_cached_after: Option<u64>,
+}
+
+impl Totals {
+    /// Adds a file's copy to these totals (a tree's; `elapsed` is left
+    /// to the caller, a tree's wall time not being its files' sum).
+    /// Whether its page-cache counts were known and added.
+    pub(crate) fn add(&mut self, file: &Totals) -> bool {
+        self.bytes += file.bytes;
+        self.data_bytes += file.data_bytes;
+        self.holes_bytes += file.holes_bytes;
+        self.resumed_bytes += file.resumed_bytes;
+        let (Some(b), Some(a), Some(d)) = (
+            file.src_cached_before,
+            file.src_cached_after,
+            file.dst_cached_after,
+        ) else {
+            return false;
+        };
+        let add = |sum: &mut Option<u64>, n: u64| *sum = Some(sum.unwrap_or(0) + n);
+        add(&mut self.src_cached_before, b);
+        add(&mut self.src_cached_after, a);
+        add(&mut self.dst_cached_after, d);
+        true
+    }
+}
+
+/// What a copy did.
+#[derive(Clone, Debug, Default)]
+pub struct CopyReport {
+    /// The destination actually written (after resolving a directory).
+    pub dst: PathBuf,
+    /// Its bytes, time and page-cache counts.
+    pub totals: Totals,
     /// `blake3:HEX` of both sides, when verified (they are equal).
     pub checksum: Option<String>,
     /// How the data moved: `reflink`, `chunks`, `copy_file_range`, `stream`.

@@ -90,8 +90,8 @@ pub fn download_object(
     let source = Source::object(object, size);
     let target = place::resolve(&source, dst)?;
     let mut report = copy_to(source, target, opts, progress)?;
-    report.src_cached_before = None;
-    report.src_cached_after = None;
+    report.totals.src_cached_before = None;
+    report.totals.src_cached_after = None;
     Ok(report)
 }
 
@@ -156,13 +156,16 @@ pub fn upload_object(
     };
     let sums = up.send(&reader, size, opts, progress)?;
     let mut report = CopyReport {
-        bytes: size,
-        data_bytes: size,
+        totals: super::Totals {
+            bytes: size,
+            data_bytes: size,
+            src_cached_before: cached_before,
+            ..Default::default()
+        },
         method: if size > part { "multipart" } else { "put" },
         read_path: reader.used.names(),
         write_path: "put".into(),
         dst: url.into(),
-        src_cached_before: cached_before,
         ..CopyReport::default()
     };
     // The store has it: its size, and its bytes where asked.
@@ -193,8 +196,8 @@ pub fn upload_object(
         }
         report.checksum = Some(src);
     }
-    report.src_cached_after = super::dest::cached_pages(file);
-    report.elapsed = started.elapsed();
+    report.totals.src_cached_after = super::dest::cached_pages(file);
+    report.totals.elapsed = started.elapsed();
     Ok(report)
 }
 

@@ -65,12 +65,10 @@ pub(super) fn copy_to(
         .clamp(ZERO_BLOCK, MAX_CHUNK_BYTES)
         .div_ceil(ZERO_BLOCK)
         * ZERO_BLOCK;
-    let mut report = CopyReport {
-        src_cached_before: match source.local() {
-            Some((file, _)) if size.is_some() => cached_pages(file),
-            _ => None,
-        },
-        ..CopyReport::default()
+    let mut report = CopyReport::default();
+    report.totals.src_cached_before = match source.local() {
+        Some((file, _)) if size.is_some() => cached_pages(file),
+        _ => None,
     };
     let state = match &target {
         Target::InDir { .. } => Some(StateDir::open()),
@@ -103,7 +101,7 @@ pub(super) fn copy_to(
         opts,
         &mut report,
     )?;
-    report.elapsed = started.elapsed();
+    report.totals.elapsed = started.elapsed();
     Ok(report)
 }
 
@@ -345,9 +343,9 @@ pub(super) fn write(
 
     if reflinked {
         report.method = "reflink";
-        report.bytes = size.unwrap_or(0);
+        report.totals.bytes = size.unwrap_or(0);
         progress(Progress {
-            done: report.bytes,
+            done: report.totals.bytes,
             total: size,
         });
     } else if let Some(size) = size {
@@ -359,8 +357,8 @@ pub(super) fn write(
         report.method = "stream";
         let src = source.path.as_path();
         let (bytes, sum) = copy_stream(src_file, src, &writer, chunk, opts, progress)?;
-        report.bytes = bytes;
-        report.data_bytes = bytes;
+        report.totals.bytes = bytes;
+        report.totals.data_bytes = bytes;
         if !block_dst {
             dst_file
                 .set_len(bytes)
@@ -466,10 +464,10 @@ fn write_chunks(
     if !use_cfr.load(Ordering::Relaxed) && cfr {
         report.method = "chunks";
     }
-    report.bytes = size;
-    report.data_bytes = shared.data_bytes.into_inner();
-    report.holes_bytes = shared.holes_bytes.into_inner();
-    report.resumed_bytes = shared.resumed_bytes.into_inner();
+    report.totals.bytes = size;
+    report.totals.data_bytes = shared.data_bytes.into_inner();
+    report.totals.holes_bytes = shared.holes_bytes.into_inner();
+    report.totals.resumed_bytes = shared.resumed_bytes.into_inner();
     report.resume_rejected_chunks = shared.resume_rejected.into_inner();
     Ok(shared.sums.map(|m| {
         let mut sums = m.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -525,7 +523,7 @@ pub(super) fn finish(
         let (a, b) = std::thread::scope(|s| {
             let a = s.spawn(|| match (&src_sum, local) {
                 (Some(sum), _) => Ok(sum.clone()),
-                (None, Some((src_file, _))) => checksum(src_file, src, report.bytes, opts),
+                (None, Some((src_file, _))) => checksum(src_file, src, report.totals.bytes, opts),
                 (None, None) => Err(refused(src, "no checksum of the object was kept")),
             });
             // An object's side is its chunks' sums as they arrived (reading
@@ -533,9 +531,9 @@ pub(super) fn finish(
             // taken the same way.
             let b = match &src_sum {
                 Some(sum) if sum.starts_with(CHUNK_SUMS) => {
-                    chunk_sums(&dst_file, dst_write_path, report.bytes, chunk, opts)
+                    chunk_sums(&dst_file, dst_write_path, report.totals.bytes, chunk, opts)
                 }
-                _ => checksum(&dst_file, dst_write_path, report.bytes, opts),
+                _ => checksum(&dst_file, dst_write_path, report.totals.bytes, opts),
             };
             (a.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), b)
         });
@@ -572,10 +570,10 @@ pub(super) fn finish(
     }
 
     if let (false, Some((src_file, _))) = (stream, local) {
-        report.src_cached_after = cached_pages(src_file);
+        report.totals.src_cached_after = cached_pages(src_file);
     }
-    report.dst_cached_after = if block_dst {
-        residency::of_range(&dst_file, 0, report.bytes)
+    report.totals.dst_cached_after = if block_dst {
+        residency::of_range(&dst_file, 0, report.totals.bytes)
             .ok()
             .and_then(|s| s.known().map(|r| r.cached))
     } else {

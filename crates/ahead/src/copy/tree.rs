@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
@@ -47,26 +47,13 @@ pub struct TreeReport {
     pub symlinks: u64,
     /// Entries skipped (FIFOs, sockets, device nodes), by path.
     pub skipped: Vec<PathBuf>,
-    /// Sum of the files' sizes.
-    pub bytes: u64,
-    /// Bytes read and written.
-    pub data_bytes: u64,
-    /// Bytes left as holes.
-    pub holes_bytes: u64,
-    /// Bytes resumed files did not copy again.
-    pub resumed_bytes: u64,
-    /// Source pages cached before/after, summed over files that showed them.
-    pub src_cached_before: u64,
-    /// Source pages cached after.
-    pub src_cached_after: u64,
-    /// Destination pages cached after.
-    pub dst_cached_after: u64,
+    /// The files' totals summed (page-cache counts over the files that
+    /// showed them, 0 where none did), and the tree's wall time.
+    pub totals: super::Totals,
     /// Files whose residency could not be seen.
     pub unknown_residency: u64,
     /// Files verified (with `verify`).
     pub verified: u64,
-    /// Wall time.
-    pub elapsed: Duration,
 }
 
 /// Copies the directory `src` to `dst`: into `dst/NAME` when `dst` is an
@@ -135,13 +122,19 @@ pub fn copy_tree(
         umask: sys::umask(),
         report: TreeReport {
             dst: target.clone(),
+            totals: super::Totals {
+                src_cached_before: Some(0),
+                src_cached_after: Some(0),
+                dst_cached_after: Some(0),
+                ..Default::default()
+            },
             ..TreeReport::default()
         },
     };
     let (dst_fd, created) = walk.ensure_dir(&parent_fd, &name, &target)?;
     walk.copy_dir(&src_fd, src, &dst_fd, &target, created.then_some(src_mode))?;
     let mut report = walk.report;
-    report.elapsed = started.elapsed();
+    report.totals.elapsed = started.elapsed();
     Ok(report)
 }
 
@@ -281,20 +274,11 @@ impl Walk<'_> {
             })
         };
         let r = copy_to(source, target, self.opts, &on)?;
-        self.base.fetch_add(r.bytes, Ordering::Relaxed);
+        self.base.fetch_add(r.totals.bytes, Ordering::Relaxed);
         let report = &mut self.report;
         report.files += 1;
-        report.bytes += r.bytes;
-        report.data_bytes += r.data_bytes;
-        report.holes_bytes += r.holes_bytes;
-        report.resumed_bytes += r.resumed_bytes;
-        match (r.src_cached_before, r.src_cached_after, r.dst_cached_after) {
-            (Some(b), Some(a), Some(d)) => {
-                report.src_cached_before += b;
-                report.src_cached_after += a;
-                report.dst_cached_after += d;
-            }
-            _ => report.unknown_residency += 1,
+        if !report.totals.add(&r.totals) {
+            report.unknown_residency += 1;
         }
         if r.checksum.is_some() {
             report.verified += 1;
