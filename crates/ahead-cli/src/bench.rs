@@ -78,6 +78,7 @@ enum BenchWhat {
     /// tests and benchmark): prints where it is as one JSON line, then
     /// answers `put KEY PATH`, `bytes` and `fail SHARE` on standard input
     /// until it closes.
+    #[cfg(feature = "embedded-server")]
     Serve(ahead_bench::remote_suite::ServeArgs),
 }
 
@@ -89,6 +90,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             return Ok(ahead_bench::fast_suite::run(f, &args.engine.config()?)?)
         }
         Some(BenchWhat::Remote(r)) => return Ok(ahead_bench::remote_suite::main(r).map(|_| ())?),
+        #[cfg(feature = "embedded-server")]
         Some(BenchWhat::Serve(s)) => return Ok(ahead_bench::remote_suite::serve(s)?),
         None => {}
     }
@@ -242,6 +244,10 @@ fn quick_extras(args: &BenchArgs) -> Result<Vec<serde_json::Value>> {
         .map(ahead_bench::mix_suite::MixRow::json)
         .collect();
     outln!();
+    if !cfg!(feature = "embedded-server") {
+        outln!("objects: skipped, {}", remote::NO_SERVER);
+        return Ok(v);
+    }
     let cfg = RemoteConfig::short(NetProfile::S3);
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = ahead_bench::workdir::private_dir(&parent, "ahead-bench-remote-")?;

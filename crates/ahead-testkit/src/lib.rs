@@ -6,9 +6,19 @@
 //! * [`ceph`] — a one-node Ceph cluster with its RADOS Gateway, started
 //!   from the Debian packages where they are installed.
 //!
+//! * [`client`] — object_store clients of an endpoint given by address
+//!   and credentials.
+//!
 //! The `ahead` binary links it through `ahead-bench`: `ahead bench` (its
 //! `--quick` run included) reads objects on the embedded server, and
-//! `ahead bench serve` hands it to the Python tests.
+//! `ahead bench serve` hands it to the Python tests. The server and the
+//! Ceph launcher are the `server` feature (on by default); without it
+//! only [`client`] is built, and `ahead` built without its own
+//! `embedded-server` feature benchmarks objects only at an `--endpoint`
+//! (docs/bench.md says what that saves).
 
+#[cfg(feature = "server")]
 pub mod ceph;
+pub mod client;
+#[cfg(feature = "server")]
 pub mod s3;

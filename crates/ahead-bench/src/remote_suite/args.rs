@@ -118,14 +118,19 @@ pub enum ServerKind {
 
 /// Runs `ahead bench remote`: the table on stdout, JSON where asked.
 pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
+    #[cfg_attr(not(feature = "embedded-server"), allow(unused_mut))]
     let mut cfg = args.config()?;
     let parent = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir(),
     };
     let work = crate::workdir::private_dir(&parent, "ahead-bench-remote-")?;
-    let _ceph = match args.server {
+    // The cluster, if one was brought up: it stops when dropped.
+    let _ceph: Option<Box<dyn std::any::Any>> = match args.server {
         ServerKind::Embedded => None,
+        #[cfg(not(feature = "embedded-server"))]
+        ServerKind::Ceph => return Err(Error::msg(super::NO_SERVER)),
+        #[cfg(feature = "embedded-server")]
         ServerKind::Ceph => {
             // The OSD keeps the objects in memory: room for all of them
             // and a gigabyte more.
@@ -136,7 +141,7 @@ pub fn main(args: RemoteArgs) -> Result<Vec<RemoteRow>> {
             cfg.endpoint = Some((c.endpoint.clone(), ahead_testkit::ceph::BUCKET.into()));
             cfg.credentials = Some((c.key.clone(), c.secret.clone()));
             cfg.server = "ceph (one node, memstore OSD, radosgw; scripts/ceph-s3)".into();
-            Some(c)
+            Some(Box::new(c))
         }
     };
     let rows = run(&cfg, work.path())?;

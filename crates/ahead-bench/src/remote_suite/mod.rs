@@ -29,12 +29,14 @@ mod args;
 mod copy;
 mod readers;
 mod report;
+#[cfg(feature = "embedded-server")]
 mod serve;
 
 pub use report::{plot, table};
 
 pub use args::{main, RemoteArgs};
 use readers::{read_ahead, read_bufreader, read_naive};
+#[cfg(feature = "embedded-server")]
 pub use serve::{main as serve, ServeArgs};
 
 /// The benchmark's patterns, by their JSON names (`copy`: the large
@@ -413,7 +415,7 @@ struct Connect {
 
 impl Connect {
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        Ok(ahead_testkit::s3::client_as(
+        Ok(ahead_testkit::client::client_as(
             &self.endpoint,
             &self.bucket,
             &self.key,
@@ -461,30 +463,48 @@ pub fn run(cfg: &RemoteConfig, dir: &std::path::Path) -> Result<Vec<RemoteRow>> 
     Ok(rows)
 }
 
+/// The embedded server, kept running while it is held.
+#[cfg(feature = "embedded-server")]
+type Embedded = ahead_testkit::s3::Server;
+/// Built without the embedded server: there is none to hold.
+#[cfg(not(feature = "embedded-server"))]
+type Embedded = std::convert::Infallible;
+
+/// The embedded server, started with its objects under `dir`; its address
+/// and how to reach it.
+#[cfg(feature = "embedded-server")]
+fn embedded(dir: &std::path::Path) -> Result<(Option<Embedded>, std::net::SocketAddr, Connect)> {
+    let embedded = ahead_testkit::s3::Server::start(dir, &["bench"])?;
+    let c = Connect {
+        endpoint: embedded.endpoint(),
+        bucket: "bench".into(),
+        key: ahead_testkit::client::ACCESS_KEY.into(),
+        secret: ahead_testkit::client::SECRET_KEY.into(),
+    };
+    eprintln!("embedded S3 server at {}", c.endpoint);
+    let addr = embedded.addr();
+    Ok((Some(embedded), addr, c))
+}
+
+/// Built without the embedded server: objects only at an `--endpoint`.
+#[cfg(not(feature = "embedded-server"))]
+fn embedded(_dir: &std::path::Path) -> Result<(Option<Embedded>, std::net::SocketAddr, Connect)> {
+    Err(Error::msg(NO_SERVER))
+}
+
+/// What a build without the embedded server says where it would be needed.
+pub const NO_SERVER: &str = "this ahead was built without the embedded S3 server \
+     (cargo feature embedded-server): benchmark objects at a server of your own with --endpoint";
+
 /// Where the objects are: the embedded server, started with its objects
 /// under `dir` (returned, to keep it running), or the endpoint `cfg`
 /// names; its address (for the shaper to forward to) and how to reach it.
 fn connect(
     cfg: &RemoteConfig,
     dir: &std::path::Path,
-) -> Result<(
-    Option<ahead_testkit::s3::Server>,
-    std::net::SocketAddr,
-    Connect,
-)> {
+) -> Result<(Option<Embedded>, std::net::SocketAddr, Connect)> {
     match &cfg.endpoint {
-        None => {
-            let embedded = ahead_testkit::s3::Server::start(dir, &["bench"])?;
-            let c = Connect {
-                endpoint: embedded.endpoint(),
-                bucket: "bench".into(),
-                key: ahead_testkit::s3::ACCESS_KEY.into(),
-                secret: ahead_testkit::s3::SECRET_KEY.into(),
-            };
-            eprintln!("embedded S3 server at {}", c.endpoint);
-            let addr = embedded.addr();
-            Ok((Some(embedded), addr, c))
-        }
+        None => embedded(dir),
         Some((url, bucket)) => {
             let var = |k: &str| {
                 std::env::var(k)
@@ -637,6 +657,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "embedded-server")]
     fn the_shaper_passes_every_byte_through() {
         let dir = tempfile::tempdir_in(ahead::testdata::scratch_root()).unwrap();
         let server = ahead_testkit::s3::Server::start(dir.path(), &["bkt"]).unwrap();
