@@ -1,4 +1,5 @@
-//! The lock-free hit path of Direct reads: cached pages pinned and copied
+//! The lock-free hit path of reads through ahead's cache (Direct files and
+//! objects): cached pages pinned and copied
 //! without the cache's lock or the policy's, the requests queued per
 //! thread shard for the policy to replay in order, and the sharded
 //! counters of what was served.

@@ -30,19 +30,19 @@
 //! not queue on its locks, and one reader's policy sees what it always saw.
 
 mod advice;
-mod direct;
+mod cached;
 mod engine;
 mod future;
 mod hits;
 mod kernel;
+#[cfg(feature = "remote")]
+mod object;
 mod pages;
 mod reader;
-#[cfg(feature = "remote")]
-mod remote;
 
 pub use advice::Advice;
 use advice::{advice_at, set_advice};
-use direct::{copy_out, lend};
+use cached::{copy_out, lend};
 pub use engine::{Engine, EngineConfig, OpenOptions};
 use engine::{Shared, FRAME_RETRY};
 pub use future::{block_on, ReadAt, ReadOwned};

@@ -1,6 +1,10 @@
-//! How a Direct read reaches the device: planning under the cache's lock
-//! (the policy consulted through `ra::drive`), issuing the planned reads to
-//! the backend, and walking a request's pages as they arrive.
+//! How a read through ahead's cache reaches its source, for the two kinds
+//! of file that read that way (a Direct file over its device, an object
+//! over its store): planning under the cache's lock (the policy consulted
+//! through `ra::drive`), issuing the planned reads to the backend the
+//! source chose at open, and walking a request's pages as they arrive.
+//! The kernel's kind reads in `kernel/`; what only objects have (opening
+//! them, their counters) is in `object.rs`.
 
 use super::*;
 
