@@ -5,6 +5,8 @@ some requests, an object overwritten mid-read, forked workers."""
 import errno
 import multiprocessing as mp
 import os
+import signal
+import time
 
 import pytest
 
@@ -189,3 +191,83 @@ def test_a_cache_dir_others_may_write_is_refused(s3, obj, tmp_path):
     eng = ahead.Engine(objects=True, cache_dir=str(d))
     with pytest.raises(PermissionError, match="writable by no one else"):
         eng.open(obj, options=s3.options())
+
+
+KILL_SIZE = 48 << 20
+
+
+def _tier_data_bytes(d):
+    """Bytes the tier's data files hold on disk (they are sparse)."""
+    total = 0
+    for root, _, files in os.walk(d):
+        total += sum(os.stat(os.path.join(root, n)).st_blocks * 512 for n in files if n.endswith(".dat"))
+    return total
+
+
+def test_workers_killed_while_filling_the_tier_leave_nothing_wrong_in_it(s3, tmp_path):
+    # Three workers in turn, each reading the object through the tier and
+    # killed (SIGKILL: no handler, no flush) once the tier holds another
+    # quarter of it, that is while it is fetching and writing chunks.
+    url = s3.put("py/kill.bin", expected(7, KILL_SIZE))
+    d = str(tmp_path / "tier")
+    for k in range(1, 4):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                eng = ahead.Engine(objects=True, cache_dir=d)
+                while True:
+                    with eng.open(url, options=s3.options()) as f:
+                        f.read()
+            finally:
+                os._exit(0)
+        deadline = time.monotonic() + 60
+        while _tier_data_bytes(d) < k * KILL_SIZE // 4 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        assert time.monotonic() < deadline, f"worker {k}: the tier did not grow"
+    # What they left is read back or fetched again, never served wrong; and
+    # kept: a last reader fetches nothing.
+    eng = ahead.Engine(objects=True, cache_dir=d)
+    with eng.open(url, options=s3.options()) as f:
+        assert f.read() == expected(7, KILL_SIZE)
+        s = f.stats()
+    assert s["tier_bytes"] > 0 and s["tier_bytes"] + s["remote_bytes_fetched"] >= KILL_SIZE, s
+    eng = ahead.Engine(objects=True, cache_dir=d)
+    with eng.open(url, options=s3.options()) as f:
+        assert f.read() == expected(7, KILL_SIZE)
+        assert f.stats()["remote_bytes_fetched"] == 0
+
+
+TWO_SIZE = 16 << 20
+
+
+def _read_at_once(url, d, options, start, out):
+    eng = ahead.Engine(objects=True, cache_dir=d)
+    start.wait()
+    with eng.open(url, options=options) as f:
+        ok = f.read() == expected(11, TWO_SIZE)
+        out.put((ok, f.stats()["remote_bytes_fetched"]))
+
+
+def test_two_processes_reading_one_object_at_once_through_one_tier(s3, tmp_path):
+    # Both fetch the chunks neither has kept yet, and write the same bytes:
+    # each reads the object right, and a third process fetches nothing.
+    url = s3.put("py/two.bin", expected(11, TWO_SIZE))
+    d = str(tmp_path / "tier")
+    ctx = mp.get_context("fork")
+    start, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_read_at_once, args=(url, d, s3.options(), start, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join()
+    assert all(ok for ok, _ in got), got
+    assert sum(f for _, f in got) >= TWO_SIZE, got
+    start, out = ctx.Barrier(1), ctx.Queue()
+    p = ctx.Process(target=_read_at_once, args=(url, d, s3.options(), start, out))
+    p.start()
+    ok, fetched = out.get(timeout=120)
+    p.join()
+    assert ok and fetched == 0
