@@ -14,8 +14,9 @@ epoch and dealt out to the workers. Rows:
   cold, the tier warm;
 * ``local files``: the same bytes as 64 files on the tier's disk, read by
   ``ahead.open`` (Direct mode), their pages dropped first;
-* ``fsspec filecache`` (where s3fs imports): fsspec's whole-file cache over
-  s3fs in the same directory layout, epochs 1 and 2;
+* ``fsspec filecache`` and ``fsspec blockcache`` (where s3fs imports):
+  fsspec's disk caches over s3fs, whole files and blocks of files (sparse
+  files on disk, fetched block by block as read), epochs 1 and 2;
 * ``parquet run 1``, ``parquet run 2``: pyarrow reading 3 of 5 columns of
   a Parquet object (256 MiB; 32 MiB with ``--quick``) through
   ``ahead.open`` with the tier, each run a new process (MB/s of the
@@ -56,11 +57,11 @@ def _reader(engine, spec, cache_dir):
     if engine == "local":
         return lambda i: ahead.open(os.path.join(spec["local_dir"], f"{i:03}"))
     opts = ahead_options(h)
-    if engine == "filecache":
+    if engine in ("filecache", "blockcache"):
         import fsspec
 
         fs = fsspec.filesystem(
-            "filecache",
+            engine,
             target_protocol="s3",
             target_options={
                 "key": h["access_key"],
@@ -223,19 +224,19 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="objects of 2 MiB, one repetition")
     ap.add_argument("--reps", type=int, help="repetitions (medians; default 3, 1 with --quick)")
     ap.add_argument("--dir", help="where the tier, the local files and the server's objects go")
-    ap.add_argument("--rows", help="comma-separated: store, tier, local, filecache (default: all)")
+    ap.add_argument("--rows", help="comma-separated: store, tier, local, filecache, blockcache, parquet, scan (default: all)")
     ap.add_argument("--json", help="write the rows as JSON here")
     a = ap.parse_args(argv)
     reps = a.reps or (1 if a.quick else 3)
     size = (2 if a.quick else 16) * MIB
-    wanted = (a.rows or "store,tier,local,filecache,parquet,scan").split(",")
-    if "filecache" in wanted:
+    wanted = (a.rows or "store,tier,local,filecache,blockcache,parquet,scan").split(",")
+    if "filecache" in wanted or "blockcache" in wanted:
         try:
             import fsspec  # noqa: F401
             import s3fs  # noqa: F401
         except ImportError as e:
-            print(f"filecache skipped: {e}", file=sys.stderr)
-            wanted.remove("filecache")
+            print(f"filecache and blockcache skipped: {e}", file=sys.stderr)
+            wanted = [w for w in wanted if w not in ("filecache", "blockcache")]
     binary = ahead_binary()
     if binary is None:
         sys.exit("no `ahead` binary: build it (cargo build --release -p ahead-cli) or set AHEAD_BIN")
@@ -291,8 +292,9 @@ def main(argv=None):
             row("tier", "tier", 3, os.path.join(work, "tier"))
         if "local" in wanted:
             row("local files", "local", 1)
-        if "filecache" in wanted:
-            row("fsspec filecache", "filecache", 2, os.path.join(work, "filecache"))
+        for cache in ("filecache", "blockcache"):
+            if cache in wanted:
+                row(f"fsspec {cache}", cache, 2, os.path.join(work, cache))
         if "parquet" in wanted:
             import multiprocessing as mp
 
