@@ -17,6 +17,27 @@ pub const MIB: u64 = 1024 * KIB;
 /// Bytes in one GiB.
 pub const GIB: u64 = 1024 * MIB;
 
+/// Multiplicative hashing for page indexes: they are already well spread
+/// integers, and SipHash would be most of the cost of a cache hit.
+#[derive(Default)]
+pub(crate) struct IndexHasher(u64);
+
+impl std::hash::Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (i ^ self.0)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(29);
+    }
+}
+
 /// Converts between byte offsets and page indexes for one page size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PageSize(u64);

@@ -44,12 +44,13 @@ mod stats;
 mod table;
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 
 use crate::io::Arena;
 use crate::ra::{self, Feedback, Lookup, Shadow, Window};
+use crate::units::IndexHasher;
 pub use eviction::{Eviction, EvictionKind};
 use hits::HitTable;
 pub(crate) use planner::{collect, Collected, Planner};
@@ -57,27 +58,6 @@ pub use stats::Stats;
 
 /// Identifies a file within one cache.
 pub type FileId = u64;
-
-/// Multiplicative hashing for page indexes: they are already well spread
-/// integers, and SipHash would be most of the cost of a cache hit.
-#[derive(Default)]
-pub struct IndexHasher(u64);
-
-impl Hasher for IndexHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (i ^ self.0)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .rotate_left(29);
-    }
-}
 
 /// One page's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,8 @@
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
-use super::{IndexHasher, Slot};
+use super::Slot;
+use crate::units::IndexHasher;
 
 /// Pages per chunk.
 const CHUNK_PAGES: u64 = 16;
