@@ -70,24 +70,13 @@ pub fn nowait() -> &'static Found {
             None => return Found::no(format!("unknown kernel version '{release}'")),
             Some(_) => {}
         }
-        let mut b = [0u8; 1];
-        let iov = libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        // SAFETY: preadv2 on descriptor -1 fails before touching the iovec,
-        // which points to a live local buffer anyway.
-        let rc = unsafe { libc::preadv2(-1, &iov, 1, 0, libc::RWF_NOWAIT) };
-        let err = std::io::Error::last_os_error();
-        match (rc, err.raw_os_error()) {
-            (-1, Some(libc::EBADF)) => {
-                Found::yes(format!("kernel {release}, preadv2 probe: EBADF"))
-            }
-            (_, Some(e)) => Found::no(format!(
+        match crate::sys::nowait_probe() {
+            Some(libc::EBADF) => Found::yes(format!("kernel {release}, preadv2 probe: EBADF")),
+            Some(e) => Found::no(format!(
                 "preadv2(RWF_NOWAIT) probe answered {} (a sandbox or an old kernel)",
                 std::io::Error::from_raw_os_error(e)
             )),
-            _ => Found::no("preadv2 probe gave no answer"),
+            None => Found::no("preadv2 probe gave no answer"),
         }
     })
 }

@@ -228,6 +228,27 @@ pub fn pread_flags(fd: impl AsFd, buf: &mut [u8], offset: u64, flags: i32) -> io
     )?)
 }
 
+/// preadv2(2) of one byte with `RWF_NOWAIT` on descriptor -1: the errno
+/// it fails with (`EBADF` from a kernel that took the flag; `EOPNOTSUPP`
+/// or `EINVAL` from one that did not, `ENOSYS` or `EPERM` from a sandbox),
+/// or `None` if it did not fail. No descriptor is touched.
+pub(crate) fn nowait_probe() -> Option<i32> {
+    let mut b = [0u8; 1];
+    let iov = libc::iovec {
+        iov_base: b.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: preadv2 on descriptor -1 fails before touching the iovec,
+    // which points to a live local buffer anyway.
+    let rc = unsafe { libc::preadv2(-1, &iov, 1, 0, libc::RWF_NOWAIT) };
+    let err = io::Error::last_os_error();
+    if rc == -1 {
+        err.raw_os_error()
+    } else {
+        None
+    }
+}
+
 /// pwritev2(2) of `buf` with `flags` (RWF_*); same errors as [`pread_flags`].
 pub fn pwrite_flags(fd: impl AsFd, buf: &[u8], offset: u64, flags: i32) -> io::Result<usize> {
     Ok(rustix::io::pwritev2(

@@ -411,7 +411,11 @@ pub(super) fn write_sparse(
 }
 
 pub(super) fn is_zero(b: &[u8]) -> bool {
-    let (head, body, tail) = // SAFETY: u128 has no invalid bit patterns.
-        unsafe { b.align_to::<u128>() };
-    head.iter().all(|&x| x == 0) && body.iter().all(|&x| x == 0) && tail.iter().all(|&x| x == 0)
+    // 16 bytes at a time (unaligned loads), stopping at the first that
+    // is not zero.
+    let mut words = b.chunks_exact(16);
+    words
+        .by_ref()
+        .all(|w| w.iter().fold(0u8, |acc, &x| acc | x) == 0)
+        && words.remainder().iter().all(|&x| x == 0)
 }
