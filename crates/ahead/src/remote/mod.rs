@@ -440,6 +440,20 @@ impl ObjectSource {
         runtime: Arc<Runtime>,
         tier: Option<Arc<DiskTier>>,
     ) -> io::Result<ObjectSource> {
+        Self::open_as(store, path, url, runtime, tier, None)
+    }
+
+    /// [`ObjectSource::open`], or with `listed` (the size and ETag a
+    /// listing gave) without a HEAD: reads are held to that ETag as to
+    /// one a HEAD found.
+    pub(crate) fn open_as(
+        store: Arc<dyn ObjectStore>,
+        path: ObjectPath,
+        url: String,
+        runtime: Arc<Runtime>,
+        tier: Option<Arc<DiskTier>>,
+        listed: Option<(u64, String)>,
+    ) -> io::Result<ObjectSource> {
         let tier = tier.map(|t| (t, format!("{store}\0{url}")));
         let source = ObjectSource {
             store,
@@ -451,7 +465,14 @@ impl ObjectSource {
             counters: Arc::default(),
             last_error: Arc::default(),
         };
-        source.look()?;
+        match listed {
+            Some((size, etag)) => {
+                source.settle(size, Some(etag));
+            }
+            None => {
+                source.look()?;
+            }
+        }
         Ok(source)
     }
 
@@ -511,20 +532,25 @@ impl ObjectSource {
         let meta = meta.inspect_err(|_| {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
         })?;
-        let tag = meta.e_tag.as_deref().map_or(0, etag_tag);
-        let size = meta.size;
+        Ok(self.settle(meta.size, meta.e_tag))
+    }
+
+    /// Holds reads to the version of `size` bytes and `e_tag` from here on
+    /// (its chunks in the tier found or made).
+    fn settle(&self, size: u64, e_tag: Option<String>) -> Version {
+        let tag = e_tag.as_deref().map_or(0, etag_tag);
         let mut v = self.version.lock().unwrap_or_else(|p| p.into_inner());
-        if v.2.is_none() || v.0 != size || v.1 != meta.e_tag {
+        if v.2.is_none() || v.0 != size || v.1 != e_tag {
             // Only a version with an ETag is kept: under the same name,
             // another one's bytes could follow.
-            v.2 = match (&self.tier, &meta.e_tag) {
+            v.2 = match (&self.tier, &e_tag) {
                 (Some((tier, name)), Some(etag)) => tier.object(name, etag, size),
                 _ => None,
             };
         }
         v.0 = size;
-        v.1 = meta.e_tag;
-        Ok(Version { size, tag })
+        v.1 = e_tag;
+        Version { size, tag }
     }
 
     /// One ranged GET of `len` bytes at `offset` (clipped to the object's
