@@ -64,8 +64,14 @@ fn mount_output(server: &Server, args: &[&str], dir: &Path) -> std::process::Out
 
 /// `ahead mount s3://BUCKET DIR` against `server`, waited for.
 fn mount(server: &Server, url: &str, dir: &Path) -> Child {
+    mount_with(server, &[url], dir)
+}
+
+/// `ahead mount ARGS… DIR` against `server`, waited for.
+fn mount_with(server: &Server, args: &[&str], dir: &Path) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
-        .args(["mount", url])
+        .arg("mount")
+        .args(args)
         .arg(dir)
         .args(["--cache", "32m"])
         .envs(server.env())
@@ -190,6 +196,42 @@ fn an_object_replaced_under_an_open_file_is_an_error_not_mixed_bytes() {
     }
     drop(f);
     stop(child, &dir);
+}
+
+/// Within the metadata TTL an open takes the version the listing gave and
+/// asks the store nothing, so a file the kernel still holds is re-read
+/// with no request at all; with a TTL of 0 every open asks (a HEAD).
+#[test]
+fn opens_within_the_metadata_ttl_ask_the_store_nothing() {
+    if !fuse_ok() {
+        return;
+    }
+    let size = 4 << 20;
+    let mut data = vec![0u8; size];
+    testdata::fill(&mut data, 3);
+    let (_work, server, dir) = bucket(vec![("f", data)]);
+    let heads = || {
+        server
+            .faults()
+            .heads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    for (ttl, asks) in [("60", false), ("0", true)] {
+        let child = mount_with(&server, &["s3://bkt", "--metadata-ttl", ttl], &dir);
+        let before = heads();
+        for _ in 0..3 {
+            let got = std::fs::read(dir.join("f")).unwrap();
+            assert_eq!(got.len(), size);
+            assert_eq!(testdata::first_mismatch(&got, 3), None);
+        }
+        assert_eq!(
+            heads() > before,
+            asks,
+            "TTL {ttl}: {} HEADs",
+            heads() - before
+        );
+        stop(child, &dir);
+    }
 }
 
 #[test]

@@ -10,9 +10,10 @@
 //! file. A directory is listed once (one `ListObjects` with a delimiter,
 //! page by page) when it is first looked into, and again when it is
 //! opened for reading (`ls`), so new keys appear. Each open of a file
-//! opens the object in the engine (one `HEAD`): its ETag is pinned there,
-//! and a read that finds the object changed fails with EIO rather than
-//! mix old and new bytes. The kernel may keep a file's pages between opens
+//! opens the object in the engine with its ETag pinned there: the one its
+//! listing gave while that is younger than the metadata TTL, else one a
+//! `HEAD` finds. A read that finds the object changed fails with EIO
+//! rather than mix old and new bytes. The kernel may keep a file's pages between opens
 //! (`FOPEN_KEEP_CACHE`) while its size and modification time are those
 //! the listing gave.
 //!
@@ -78,6 +79,9 @@ struct Node {
     dir: bool,
     size: u64,
     mtime: SystemTime,
+    /// A file's ETag as its listing gave it, and when it was listed: an
+    /// open within the metadata TTL takes it rather than ask the store.
+    listed: Option<(String, std::time::Instant)>,
 }
 
 /// The tree as listed so far.
@@ -149,6 +153,7 @@ impl ObjectFs {
             dir: true,
             size: 0,
             mtime: SystemTime::now(),
+            listed: None,
         };
         tree.by_key.insert((true, String::new()), 1);
         tree.nodes.insert(1, root);
@@ -206,6 +211,7 @@ impl ObjectFs {
                 dir: true,
                 size: 0,
                 mtime: dir.mtime,
+                listed: None,
             });
             kids.push((name, child));
         }
@@ -225,6 +231,7 @@ impl ObjectFs {
                 dir: false,
                 size: o.size,
                 mtime,
+                listed: o.e_tag.clone().map(|e| (e, std::time::Instant::now())),
             });
             kids.push((name, child));
         }
@@ -334,10 +341,16 @@ impl Filesystem for ObjectFs {
         }
         let key = format!("{}{}", self.prefix, n.key);
         let name = format!("{}/{}", self.url.trim_end_matches('/'), n.key);
-        match self
-            .engine
-            .open_object(self.store.clone(), ObjectPath::from(key), &name)
-        {
+        let (store, path) = (self.store.clone(), ObjectPath::from(key));
+        // Listed within the metadata TTL: that version, without a HEAD
+        // (a re-read the kernel holds then costs no round trip at all).
+        let opened = match &n.listed {
+            Some((etag, at)) if at.elapsed() < self.metadata_ttl => self
+                .engine
+                .open_object_listed(store, path, &name, n.size, etag),
+            _ => self.engine.open_object(store, path, &name),
+        };
+        match opened {
             Ok(file) => {
                 // The object as it is now: a size other than the listing's
                 // means it changed; the kernel must not keep old pages.
