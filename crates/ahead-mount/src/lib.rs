@@ -13,9 +13,9 @@
 //! opens the object in the engine with its ETag pinned there: the one its
 //! listing gave while that is younger than the metadata TTL, else one a
 //! `HEAD` finds. A read that finds the object changed fails with EIO
-//! rather than mix old and new bytes. The kernel may keep a file's pages between opens
-//! (`FOPEN_KEEP_CACHE`) while its size and modification time are those
-//! the listing gave.
+//! rather than mix old and new bytes. The kernel may keep a file's pages
+//! between opens (`FOPEN_KEEP_CACHE`) while its size and modification
+//! time are those the listing gave.
 //!
 //! Nothing is written: every call that would change the store gets EROFS
 //! (the mount is `ro`).

@@ -83,7 +83,7 @@ pub fn download_object(
     }
     let runtime = Runtime::new(opts.depth)
         .map_err(|e| Error::io("start the remote runtime", name.as_ref(), None, e))?;
-    let object = ObjectSource::open(store, path, name.to_owned(), Arc::new(runtime), None)
+    let object = ObjectSource::open(store, path, name.to_owned(), Arc::new(runtime), None, None)
         .map_err(remote_err("open", name, None))?;
     let object = Arc::new(object);
     let size = object.size();
@@ -174,6 +174,7 @@ pub fn upload_object(
         up.path.clone(),
         url.to_owned(),
         runtime,
+        None,
         None,
     )
     .map_err(remote_err("check", url, None))?;

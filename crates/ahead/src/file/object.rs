@@ -73,7 +73,7 @@ impl Engine {
         let runtime = shared
             .runtime()
             .map_err(|e| Error::io("start the remote runtime", name.as_ref(), None, e))?;
-        let object = ObjectSource::open_as(
+        let object = ObjectSource::open(
             store,
             path,
             name.to_owned(),

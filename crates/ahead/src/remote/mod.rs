@@ -431,22 +431,11 @@ const CHANGED: &str = "the object changed while it was read (its ETag no longer 
                        refresh or open it again";
 
 impl ObjectSource {
-    /// Opens `path` in `store` (a HEAD: its size and ETag), `url` naming
-    /// it in errors; its chunks kept in `tier` if there is one.
+    /// Opens `path` in `store`, `url` naming it in errors; its chunks kept
+    /// in `tier` if there is one. Its size and ETag are a HEAD's, or
+    /// `listed` (what a listing gave) without one: reads are held to that
+    /// ETag either way.
     pub(crate) fn open(
-        store: Arc<dyn ObjectStore>,
-        path: ObjectPath,
-        url: String,
-        runtime: Arc<Runtime>,
-        tier: Option<Arc<DiskTier>>,
-    ) -> io::Result<ObjectSource> {
-        Self::open_as(store, path, url, runtime, tier, None)
-    }
-
-    /// [`ObjectSource::open`], or with `listed` (the size and ETag a
-    /// listing gave) without a HEAD: reads are held to that ETag as to
-    /// one a HEAD found.
-    pub(crate) fn open_as(
         store: Arc<dyn ObjectStore>,
         path: ObjectPath,
         url: String,
