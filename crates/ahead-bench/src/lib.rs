@@ -4,7 +4,8 @@
 //! ([`workload`], [`suite`]), the mixed cached/uncached workload
 //! ([`mix`], [`mix_suite`]), cold sequential reads on the uncapped
 //! device judged by each side's best run ([`fast_suite`]), copies against cp and nbdcopy
-//! ([`copy_suite`]), the steady device of `--device` ([`device`]), the
+//! ([`copy_suite`]), `ahead mount` beside the other mounts of a bucket
+//! (`mount_suite`, with the embedded server), the steady device of `--device` ([`device`]), the
 //! stress test that checks every byte under load ([`stress`]), and
 //! plain-text tables and SVG plots ([`report`]), shared by `ahead read`,
 //! `ahead bench`, `ahead stress` and `ahead sim`. Every harness lives
@@ -26,6 +27,8 @@ mod error;
 pub mod fast_suite;
 pub mod mix;
 pub mod mix_suite;
+#[cfg(feature = "embedded-server")]
+pub mod mount_suite;
 pub mod remote_suite;
 pub mod report;
 pub mod shaper;

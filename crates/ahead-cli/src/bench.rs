@@ -80,6 +80,16 @@ enum BenchWhat {
     /// until it closes.
     #[cfg(feature = "embedded-server")]
     Serve(ahead_bench::remote_suite::ServeArgs),
+    /// `ahead mount` beside mountpoint-s3, s3fs-fuse and rclone mount on
+    /// the same objects of the embedded server behind a network profile:
+    /// mountpoint-s3's fio jobs, backward, strided, interleaved and random
+    /// readers, 1,000 open files, a cached re-read, and real programs
+    /// (sqlite3, tac, tail, tar, pyarrow, DuckDB); MB/s and ÷ the profile's
+    /// oracle, bytes fetched ÷ asked, p50/p99, each daemon's peak RSS, every
+    /// program's output compared with a local copy's. Root (mounts,
+    /// drop_caches), Python 3; peers not installed are skipped loudly.
+    #[cfg(feature = "embedded-server")]
+    Mount(ahead_bench::mount_suite::MountBenchArgs),
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
@@ -92,6 +102,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         Some(BenchWhat::Remote(r)) => return Ok(ahead_bench::remote_suite::main(r).map(|_| ())?),
         #[cfg(feature = "embedded-server")]
         Some(BenchWhat::Serve(s)) => return Ok(ahead_bench::remote_suite::serve(s)?),
+        #[cfg(feature = "embedded-server")]
+        Some(BenchWhat::Mount(m)) => return Ok(ahead_bench::mount_suite::run(m)?),
         None => {}
     }
     let config = args.engine.config()?;
