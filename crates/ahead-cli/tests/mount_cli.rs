@@ -311,3 +311,52 @@ fn a_failing_store_is_eio_not_a_hang() {
     drop(f);
     stop(child, &dir);
 }
+
+/// As root the mount raises its device's kernel readahead to the 1 MiB it
+/// answers FUSE with, so that a 256 KiB read missing the kernel's cache
+/// reaches the daemon as one request, not two in turn (two round trips).
+#[test]
+fn as_root_the_mount_raises_its_kernel_readahead() {
+    if !fuse_ok() {
+        return;
+    }
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIP: sysfs's read_ahead_kb needs root");
+        return;
+    }
+    let (_work, server, dir) = bucket(vec![("a", vec![7u8; 4096])]);
+    let before = rustix::fs::stat(dir.parent().unwrap()).unwrap().st_dev;
+    let child = mount(&server, "s3://bkt", &dir);
+    let dev = rustix::fs::stat(&dir).unwrap().st_dev;
+    assert_ne!(dev, before);
+    assert_eq!(
+        rustix::fs::major(dev),
+        0,
+        "a FUSE mount's device is anonymous"
+    );
+    let knob = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        rustix::fs::major(dev),
+        rustix::fs::minor(dev)
+    );
+    let start = Instant::now();
+    let mut kb = String::new();
+    while start.elapsed() < Duration::from_secs(10) {
+        kb = std::fs::read_to_string(&knob).unwrap();
+        if kb.trim() == "1024" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(kb.trim(), "1024", "{knob}");
+    // The disk under the scratch directory is left as it was.
+    let disk = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        rustix::fs::major(before),
+        rustix::fs::minor(before)
+    );
+    if let Ok(v) = std::fs::read_to_string(&disk) {
+        assert_ne!(v.trim(), "1024", "{disk} changed");
+    }
+    stop(child, &dir);
+}

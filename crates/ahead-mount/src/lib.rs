@@ -477,7 +477,46 @@ pub fn serve(fs: ObjectFs, mountpoint: &Path, opts: &MountOptions) -> io::Result
         config.acl = fuser::SessionACL::All;
     }
     config.n_threads = Some(opts.threads.max(1));
+    let before = rustix::fs::stat(mountpoint).map(|st| st.st_dev).ok();
+    let target = mountpoint.to_path_buf();
+    std::thread::Builder::new()
+        .name("ahead-mount-ra".into())
+        .spawn(move || raise_kernel_readahead(&target, before))?;
     fuser::mount(fs, mountpoint, &config)
+}
+
+/// Raises the kernel's readahead of the new mount's backing device to
+/// [`KERNEL_READAHEAD`] once the mount appears (its `st_dev` changes).
+///
+/// FUSE takes the smaller of the device's `read_ahead_kb` (128 KiB by
+/// default) and the `max_readahead` the daemon answers, and the kernel
+/// also reads a request that misses its cache in pieces no larger than the
+/// device's readahead. So under the default a program's 256 KiB `pread`
+/// at a random offset came as two 128 KiB requests, the second sent only
+/// when the first was answered: two round trips to the store (69 ms a
+/// read on the `s3` profile, against 35 ms with the limit raised or with
+/// `--direct-io`). Writing the sysfs file needs root; otherwise, or if
+/// the mount does not appear within 10 s, the kernel's default stays.
+fn raise_kernel_readahead(mountpoint: &Path, before: Option<u64>) {
+    // Without the directory's own device to tell the mount by, do nothing:
+    // never a real disk's setting.
+    let Some(before) = before else { return };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        if let Ok(st) = rustix::fs::stat(mountpoint) {
+            if st.st_dev != before {
+                let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+                // A FUSE mount's device is an anonymous one (major 0).
+                if major != 0 {
+                    return;
+                }
+                let knob = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+                let _ = std::fs::write(knob, format!("{}\n", KERNEL_READAHEAD >> 10));
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Unmounts `mountpoint` (the mount [`serve`] is serving, which then
