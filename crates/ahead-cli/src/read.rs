@@ -26,6 +26,10 @@ pub struct EngineArgs {
     /// ahead's largest readahead window [default: 4m; 16m for mount].
     #[arg(long = "max-readahead")]
     pub max_readahead: Option<String>,
+    /// ahead's largest single read, a ranged GET for an object (e.g. 1m)
+    /// [default: 256k].
+    #[arg(long = "max-io")]
+    pub max_io: Option<String>,
     /// ahead's I/O backend: auto, uring or pool.
     #[arg(long, default_value = "auto")]
     pub backend: String,
@@ -59,6 +63,9 @@ impl EngineArgs {
             )
             .with_registered_buffers(!self.no_registered_buffers);
         let mut config = config;
+        if let Some(m) = &self.max_io {
+            config = config.with_max_io(parse_size(m).context("--max-io")?);
+        }
         if let Some(dir) = &self.cache_dir {
             config = config.with_cache_dir(dir);
         }

@@ -70,6 +70,23 @@ fn read_json_has_the_documented_fields() {
 }
 
 #[test]
+fn max_io_bounds_each_device_read() {
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 8 << 20);
+    let avg = |extra: &[&str]| {
+        let mut args = vec!["read", s(&f), "--bs", "1m", "--cold", "--json"];
+        args.extend(extra);
+        let o = ahead(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["device_bytes"], 8 << 20, "{v}");
+        v["avg_io_bytes"].as_u64().unwrap()
+    };
+    assert!(avg(&[]) > 64 << 10);
+    assert!(avg(&["--max-io", "64k"]) <= 64 << 10);
+}
+
+#[test]
 fn read_rejects_bad_input_with_one_line() {
     let dir = scratch();
     let f = gen(dir.path(), "f", 8192);
@@ -78,6 +95,7 @@ fn read_rejects_bad_input_with_one_line() {
         vec!["read", s(&f), "--bs", "0"],
         vec!["read", s(&f), "--mode", "psychic"],
         vec!["read", s(&f), "--cache", "64k"],
+        vec!["read", s(&f), "--max-io", "lots"],
         vec!["read", "/nonexistent/file"],
         vec!["read", s(dir.path())],
         vec!["read", "/dev/zero"],
