@@ -1,6 +1,7 @@
 //! `ahead bench mount`: `ahead mount` beside mountpoint-s3, s3fs-fuse and
-//! rclone mount, on the same objects of the embedded server behind a
-//! network profile, in one run.
+//! rclone mount, on the same objects of the embedded server (or a
+//! one-node Ceph cluster, `--server ceph`) behind a network profile, in
+//! one run.
 //!
 //! The harness drives other programs (four FUSE daemons, fio, sqlite3,
 //! tac, tail, tar, pyarrow, DuckDB), mounts and unmounts, drops the
@@ -28,6 +29,12 @@ pub struct MountBenchArgs {
     /// LATENCY_MS,PER_CONN_MBPS,TOTAL_MBPS.
     #[arg(long, default_value = "s3")]
     pub profile: String,
+    /// The store behind the profile: embedded (an S3 server in this
+    /// process), or ceph (a one-node Ceph cluster and its RADOS Gateway,
+    /// brought up for the run and down after; needs Debian's ceph-mon,
+    /// ceph-osd, ceph-mgr and radosgw).
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub server: crate::remote_suite::ServerKind,
     /// Repetitions of each job on each mount (medians are reported).
     #[arg(long, default_value_t = 3)]
     pub reps: u32,
@@ -83,6 +90,13 @@ pub fn run(args: MountBenchArgs) -> Result<()> {
         .arg("--ahead")
         .arg(&me)
         .args(["--profile", &args.profile])
+        .args([
+            "--server",
+            match args.server {
+                crate::remote_suite::ServerKind::Embedded => "embedded",
+                crate::remote_suite::ServerKind::Ceph => "ceph",
+            },
+        ])
         .args(["--reps", &args.reps.to_string()])
         .args(["--timeout", &args.timeout.to_string()])
         .args(["--size", &args.size.to_string()])

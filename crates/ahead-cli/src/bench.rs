@@ -73,15 +73,17 @@ enum BenchWhat {
     /// and bandwidth: ahead, object_store's BufReader and one GET per read,
     /// beside what the network allows.
     Remote(ahead_bench::remote_suite::RemoteArgs),
-    /// The remote benchmark's embedded S3 server behind its network
-    /// profile, for programs in other languages (the Python package's
-    /// tests and benchmark): prints where it is as one JSON line, then
+    /// The remote benchmark's embedded S3 server (or a one-node Ceph
+    /// cluster) behind its network profile, for programs in other
+    /// languages (the Python package's tests and benchmark, `bench
+    /// mount`'s harness): prints where it is as one JSON line, then
     /// answers `put KEY PATH`, `bytes` and `fail SHARE` on standard input
     /// until it closes.
     #[cfg(feature = "embedded-server")]
     Serve(ahead_bench::remote_suite::ServeArgs),
     /// `ahead mount` beside mountpoint-s3, s3fs-fuse and rclone mount on
-    /// the same objects of the embedded server behind a network profile:
+    /// the same objects of the embedded server (or a one-node Ceph
+    /// cluster) behind a network profile:
     /// mountpoint-s3's fio jobs, backward, strided, interleaved and random
     /// readers, 1,000 open files, a cached re-read, and real programs
     /// (sqlite3, tac, tail, tar, pyarrow, DuckDB); MB/s and ÷ the profile's

@@ -163,3 +163,87 @@ fn copy_of_a_missing_object_or_to_a_missing_bucket_fails_and_leaves_nothing() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not supported"), "{}", stderr(&o));
 }
+
+/// `ahead bench serve --server ceph`, as `ahead bench mount --server ceph`
+/// drives it: a cluster comes up, the first line names its gateway behind
+/// the shaper, its bucket and credentials; `put` uploads, `cat` through the
+/// shaped endpoint reads the bytes back, `bytes` counts what went through,
+/// `fail` is refused with a reason, and closing standard input brings the
+/// cluster down.
+#[test]
+fn bench_serve_brings_up_ceph_behind_the_profile_and_down_again() {
+    use std::io::{BufRead, BufReader, Write};
+    if !ahead_testkit::ceph::installed() {
+        eprintln!("SKIP: Ceph is not installed (apt-get install ceph-mon ceph-osd ceph-mgr radosgw ceph-common)");
+        return;
+    }
+    let dir = scratch();
+    let src = dir.path().join("src");
+    let size = (5u64 << 20) + 7;
+    testdata::write_file(&src, size).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args([
+            "bench",
+            "serve",
+            "--server",
+            "ceph",
+            "--profile",
+            "lan",
+            "--dir",
+        ])
+        .arg(dir.path().join("store"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&lines.next().expect("a line").unwrap()).unwrap()
+    };
+    let hello = next();
+    assert_eq!(hello["server"], "ceph", "{hello}");
+    assert_eq!(hello["bucket"], ahead_testkit::ceph::BUCKET, "{hello}");
+    assert_ne!(hello["endpoint"], hello["direct"], "{hello}");
+    let mut ask = |line: &str| {
+        writeln!(input, "{line}").unwrap();
+        next()
+    };
+    assert_eq!(ask(&format!("put obj {}", src.display()))["bytes"], size);
+    let before = ask("bytes")["bytes_down"].as_u64().unwrap();
+    let s = |k: &str| hello[k].as_str().unwrap().to_owned();
+    let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
+        .args(["cat", &format!("s3://{}/obj", s("bucket"))])
+        .env("AWS_ENDPOINT_URL", s("endpoint"))
+        .env("AWS_ACCESS_KEY_ID", s("access_key"))
+        .env("AWS_SECRET_ACCESS_KEY", s("secret_key"))
+        .env("AWS_REGION", s("region"))
+        .env("AWS_ALLOW_HTTP", "true")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.stdout.len() as u64, size);
+    assert_eq!(testdata::first_mismatch(&o.stdout, 0), None);
+    let after = ask("bytes")["bytes_down"].as_u64().unwrap();
+    assert!(after - before >= size, "{before} then {after}");
+    let refused = ask("fail 0.5");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("embedded server only"),
+        "{refused}"
+    );
+    drop(input);
+    assert!(child.wait().unwrap().success());
+    // Down: nothing of the cluster is left running from this directory.
+    let ps = Command::new("pgrep")
+        .args(["-f", &dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}

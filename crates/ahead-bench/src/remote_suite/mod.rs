@@ -34,7 +34,7 @@ mod serve;
 
 pub use report::{plot, table};
 
-pub use args::{main, RemoteArgs};
+pub use args::{main, RemoteArgs, ServerKind};
 use readers::{read_ahead, read_bufreader, read_naive};
 #[cfg(feature = "embedded-server")]
 pub use serve::{main as serve, ServeArgs};
