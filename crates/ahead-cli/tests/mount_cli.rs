@@ -360,3 +360,95 @@ fn as_root_the_mount_raises_its_kernel_readahead() {
     }
     stop(child, &dir);
 }
+
+/// A read waiting on the store holds no thread: with one FUSE thread
+/// (`--threads 1`) and every GET held 1.5 s, eight readers of eight objects
+/// wait on the store together, and a read of an object the engine already
+/// holds is answered meanwhile. (Before, the one thread blocked in the
+/// first slow read: the cached read and the other readers came after it,
+/// one 1.5 s after another.) `--direct-io`, so that every read reaches the
+/// daemon rather than the kernel's cache.
+#[test]
+fn a_read_waiting_on_the_store_holds_no_thread_from_a_cached_one() {
+    if !fuse_ok() {
+        return;
+    }
+    use std::sync::atomic::Ordering;
+    let objects: Vec<(String, Vec<u8>)> = (0..9)
+        .map(|i| {
+            let mut d = vec![0u8; 64 << 10];
+            testdata::fill(&mut d, i << 20);
+            (format!("f{i}"), d)
+        })
+        .collect();
+    let (_work, server, dir) = bucket(
+        objects
+            .iter()
+            .map(|(k, d)| (k.as_str(), d.clone()))
+            .collect(),
+    );
+    let child = mount_with(
+        &server,
+        &[
+            "s3://bkt",
+            "--threads",
+            "1",
+            "--direct-io",
+            "--metadata-ttl",
+            "60",
+        ],
+        &dir,
+    );
+    // f0 read once: its bytes are in the engine's cache.
+    let files: Vec<std::fs::File> = (0..9)
+        .map(|i| std::fs::File::open(dir.join(format!("f{i}"))).unwrap())
+        .collect();
+    let mut buf = vec![0u8; 64 << 10];
+    files[0].read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, objects[0].1);
+    let base = server.faults().gets_started.load(Ordering::Relaxed);
+    server.faults().get_delay_ms.store(1500, Ordering::Relaxed);
+    let start = Instant::now();
+    let slow: Vec<_> = files[1..]
+        .iter()
+        .map(|f| {
+            let f = f.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let mut b = vec![0u8; 64 << 10];
+                f.read_exact_at(&mut b, 0).map(|()| (b, start.elapsed()))
+            })
+        })
+        .collect();
+    // Every slow read has reached the store before the cached one is
+    // asked for.
+    let asked = Instant::now();
+    while server.faults().gets_started.load(Ordering::Relaxed) < base + 8 {
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "the slow reads never reached the store"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut b = vec![0u8; 64 << 10];
+    files[0].read_exact_at(&mut b, 0).unwrap();
+    let cached = start.elapsed();
+    assert_eq!(b, objects[0].1);
+    let mut slowest = Duration::ZERO;
+    for (i, h) in slow.into_iter().enumerate() {
+        let (b, at) = h.join().unwrap().unwrap();
+        assert_eq!(b, objects[i + 1].1, "f{}", i + 1);
+        slowest = slowest.max(at);
+    }
+    // The cached read came back before any slow one could have.
+    assert!(
+        cached < Duration::from_millis(1500),
+        "cached read after {cached:?}"
+    );
+    // The eight waited together, not one after another (8 × 1.5 s).
+    assert!(
+        slowest < Duration::from_secs(6),
+        "slow reads done after {slowest:?}"
+    );
+    drop(files);
+    stop(child, &dir);
+}

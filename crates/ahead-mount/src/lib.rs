@@ -20,12 +20,16 @@
 //! Nothing is written: every call that would change the store gets EROFS
 //! (the mount is `ro`).
 //!
-//! Requests are served by several threads ([`MountOptions::threads`]),
-//! each blocking in the engine until its bytes are there; the engine's
-//! readahead keeps the store busy meanwhile.
+//! Requests are taken by several threads ([`MountOptions::threads`]). A
+//! read whose bytes are in the engine's cache is answered at once by the
+//! thread that took it; one that must wait for the store is answered when
+//! its bytes land, by a task of the mount's runtime, and the thread goes
+//! on to the next request: a slow read never holds a cached one, and
+//! more readers may wait on the store at once than there are threads.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
+use std::future::Future;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,6 +53,44 @@ const TTL: Duration = Duration::from_secs(1);
 /// forward readahead of a sequential reader then asks for large reads,
 /// which the engine's own readahead is ahead of.
 const KERNEL_READAHEAD: u32 = 1 << 20;
+
+/// The errno a failed read answers the kernel with.
+fn errno(e: &ahead::Error) -> Errno {
+    Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Ends a read the kernel asked for `size` bytes at `offset` of: awaits
+/// the engine's read in flight (`pending`), then reads on from what `got`
+/// holds until the `size` bytes are there or the object ends (an answer
+/// shorter than asked is the end of the file to the kernel, and the
+/// engine's async read stops at a window), and answers.
+async fn finish_read(
+    file: File,
+    pending: Option<ahead::ReadOwned>,
+    mut got: Vec<u8>,
+    offset: u64,
+    size: usize,
+    reply: ReplyData,
+) {
+    if let Some(p) = pending {
+        match p.await {
+            (buf, Ok(n)) => got.extend_from_slice(&buf[..n]),
+            (_, Err(e)) => return reply.error(errno(&e)),
+        }
+    }
+    while got.len() < size {
+        let want = size - got.len();
+        match file
+            .read_owned(vec![0u8; want], offset + got.len() as u64)
+            .await
+        {
+            (_, Ok(0)) => break,
+            (buf, Ok(n)) => got.extend_from_slice(&buf[..n]),
+            (_, Err(e)) => return reply.error(errno(&e)),
+        }
+    }
+    reply.data(&got);
+}
 
 /// How a bucket is mounted.
 #[derive(Clone, Debug)]
@@ -393,11 +435,29 @@ impl Filesystem for ObjectFs {
         let Some(file) = file else {
             return reply.error(Errno::EBADF);
         };
-        let mut buf = vec![0u8; size as usize];
-        // read_at returns fewer bytes only at the end of the object.
-        match file.read_at(&mut buf, offset) {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))),
+        let size = size as usize;
+        let mut first = file.read_owned(vec![0u8; size], offset);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        // The first poll serves a read from the cache, or issues what it
+        // needs and says so.
+        match std::pin::Pin::new(&mut first).poll(&mut cx) {
+            std::task::Poll::Ready((buf, Ok(n))) if n == size || n == 0 => reply.data(&buf[..n]),
+            std::task::Poll::Ready((_, Err(e))) => reply.error(errno(&e)),
+            std::task::Poll::Ready((mut buf, Ok(n))) => {
+                buf.truncate(n);
+                self.runtime
+                    .spawn(finish_read(file, None, buf, offset, size, reply));
+            }
+            std::task::Poll::Pending => {
+                self.runtime.spawn(finish_read(
+                    file,
+                    Some(first),
+                    Vec::new(),
+                    offset,
+                    size,
+                    reply,
+                ));
+            }
         }
     }
 

@@ -6,7 +6,7 @@
 //! * GetObject honours `If-Match` (412 Precondition Failed when the
 //!   object's ETag is another), as S3 and Ceph's RADOS Gateway do;
 //! * faults on demand: a share of GETs answered 503 SlowDown, or every
-//!   one ([`Faults`]);
+//!   one, or every GET delayed ([`Faults`]);
 //! * a GET's body read in large chunks ([`BODY_CHUNK`]) rather than
 //!   s3s-fs's 4 KiB, so that the server costs the machine little of the
 //!   CPU the client under test needs.
@@ -51,6 +51,11 @@ pub struct Faults {
     pub heads: AtomicU64,
     /// GET bodies read in [`BODY_CHUNK`]s (the rest are s3s-fs's own).
     pub chunked_bodies: AtomicU64,
+    /// Milliseconds every GET waits before it is answered (0, the
+    /// default: none): a slow store.
+    pub get_delay_ms: AtomicU64,
+    /// GETs received so far (counted before any fault or delay).
+    pub gets_started: AtomicU64,
 }
 
 impl Faults {
@@ -198,8 +203,13 @@ impl S3 for Store {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        self.faults.gets_started.fetch_add(1, Ordering::Relaxed);
         if self.faults.strike() {
             return Err(s3_error!(SlowDown, "injected fault"));
+        }
+        let delay = self.faults.get_delay_ms.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
         }
         if let Some(ETagCondition::ETag(want)) = &req.input.if_match {
             let head = head_of(&req, &req.input.bucket, &req.input.key)?;
