@@ -30,6 +30,10 @@ pub struct EngineArgs {
     /// [default: 256k].
     #[arg(long = "max-io")]
     pub max_io: Option<String>,
+    /// ahead's most reads in flight at once, GETs for objects (fio's
+    /// iodepth) [default: 64].
+    #[arg(long = "io-depth")]
+    pub io_depth: Option<usize>,
     /// ahead's I/O backend: auto, uring or pool.
     #[arg(long, default_value = "auto")]
     pub backend: String,
@@ -63,6 +67,12 @@ impl EngineArgs {
             )
             .with_registered_buffers(!self.no_registered_buffers);
         let mut config = config;
+        if let Some(d) = self.io_depth {
+            if d == 0 {
+                anyhow::bail!("--io-depth: at least 1");
+            }
+            config = config.with_depth(d);
+        }
         if let Some(m) = &self.max_io {
             config = config.with_max_io(parse_size(m).context("--max-io")?);
         }

@@ -84,6 +84,7 @@ fn max_io_bounds_each_device_read() {
     };
     assert!(avg(&[]) > 64 << 10);
     assert!(avg(&["--max-io", "64k"]) <= 64 << 10);
+    assert!(avg(&["--max-io", "64k", "--io-depth", "2"]) <= 64 << 10);
 }
 
 #[test]
@@ -96,6 +97,7 @@ fn read_rejects_bad_input_with_one_line() {
         vec!["read", s(&f), "--mode", "psychic"],
         vec!["read", s(&f), "--cache", "64k"],
         vec!["read", s(&f), "--max-io", "lots"],
+        vec!["read", s(&f), "--io-depth", "0"],
         vec!["read", "/nonexistent/file"],
         vec!["read", s(dir.path())],
         vec!["read", "/dev/zero"],
