@@ -20,7 +20,8 @@ pub struct MountArgs {
     url: String,
     /// An empty directory to mount it on.
     mountpoint: PathBuf,
-    /// Threads serving the kernel's requests (readers served at once).
+    /// Threads taking the kernel's requests (a read waiting on the store
+    /// holds none of them).
     #[arg(long, default_value_t = 8)]
     threads: usize,
     /// How long a directory's listing answers lookups before the store

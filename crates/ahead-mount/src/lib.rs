@@ -95,7 +95,8 @@ async fn finish_read(
 /// How a bucket is mounted.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    /// Threads serving the kernel's requests (readers at once).
+    /// Threads taking the kernel's requests; a read waiting on the store
+    /// holds none of them.
     pub threads: usize,
     /// Let users other than the one who mounted read the files
     /// (`allow_other`; needs root or `user_allow_other` in
