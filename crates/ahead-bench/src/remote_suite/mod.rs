@@ -510,14 +510,7 @@ fn connect(
                 std::env::var(k)
                     .map_err(|_| Error::msg(format!("--endpoint needs {k} in the environment")))
             };
-            let hostport = url
-                .strip_prefix("http://")
-                .ok_or_else(|| Error::msg(format!("{url}: --endpoint takes http://HOST:PORT")))?
-                .trim_end_matches('/');
-            let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)
-                .map_err(|e| Error::msg(format!("{url}: {e}")))?
-                .next()
-                .ok_or_else(|| Error::msg(format!("{url}: no address")))?;
+            let addr = endpoint_addr(url)?;
             let (key, secret) = match &cfg.credentials {
                 Some(c) => c.clone(),
                 None => (var("AWS_ACCESS_KEY_ID")?, var("AWS_SECRET_ACCESS_KEY")?),
@@ -532,6 +525,19 @@ fn connect(
             Ok((None, addr, c))
         }
     }
+}
+
+/// The address of a plain-HTTP endpoint `http://HOST:PORT`, for the
+/// shaper to forward to.
+pub(crate) fn endpoint_addr(url: &str) -> Result<std::net::SocketAddr> {
+    let hostport = url
+        .strip_prefix("http://")
+        .ok_or_else(|| Error::msg(format!("{url}: an endpoint is http://HOST:PORT")))?
+        .trim_end_matches('/');
+    std::net::ToSocketAddrs::to_socket_addrs(hostport)
+        .map_err(|e| Error::msg(format!("{url}: {e}")))?
+        .next()
+        .ok_or_else(|| Error::msg(format!("{url}: no address")))
 }
 
 /// Puts the benchmark's objects (the big one, and the many small ones if

@@ -123,17 +123,11 @@ impl Store {
                 })
             }
             ServerKind::Ceph => {
-                // The OSD keeps objects in memory: a quarter of it.
-                let bytes = memory_bytes().map_or(4 << 30, |m| m / 4);
-                let c = ahead_testkit::ceph::Cluster::up(&args.dir.join("ceph"), bytes)
+                // The OSD keeps the objects in memory: 4 GiB, scripts/ceph-s3's
+                // default, ten times what `bench mount` puts.
+                let c = ahead_testkit::ceph::Cluster::up(&args.dir.join("ceph"), 4 << 30)
                     .map_err(|e| Error::from(e).context("--server ceph"))?;
-                let addr = c
-                    .endpoint
-                    .strip_prefix("http://")
-                    .and_then(|h| h.trim_end_matches('/').parse().ok())
-                    .ok_or_else(|| {
-                        Error::msg(format!("the gateway's endpoint '{}'", c.endpoint))
-                    })?;
+                let addr = super::endpoint_addr(&c.endpoint)?;
                 Ok(Store {
                     addr,
                     endpoint: c.endpoint.clone(),
@@ -154,20 +148,6 @@ impl Store {
             "embedded"
         }
     }
-}
-
-/// The machine's memory in bytes (`MemTotal`).
-fn memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib = info
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse::<u64>()
-        .ok()?;
-    Some(kib << 10)
 }
 
 fn command(server: &Store, shaper: Option<&Shaper>, line: &str) -> Result<Value> {
