@@ -114,11 +114,9 @@ fn object_file(
     bucket: &str,
     key: &str,
 ) -> Option<(std::fs::File, std::path::PathBuf)> {
-    let plain = |s: &str| {
-        !s.is_empty()
-            && !s.starts_with('/')
-            && s.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
-    };
+    // No empty component (so no leading, trailing or doubled '/'), no
+    // '.' or '..'.
+    let plain = |s: &str| s.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
     if !plain(bucket) || bucket.contains('/') || !plain(key) {
         return None;
     }
