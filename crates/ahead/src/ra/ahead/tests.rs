@@ -571,3 +571,43 @@ fn readers_interleaved_on_one_handle_become_forward_streams() {
         assert_eq!(largest, 1024, "row {row}");
     }
 }
+
+/// The largest backward window a reader of 16 pages at a time got in its
+/// first `requests` requests, on a device of `cost`.
+fn early_backward_window(cost: Option<crate::ra::DeviceCost>, requests: u64) -> u64 {
+    let mut s = sim(4096);
+    s.cache.device = cost;
+    for k in 1..=requests {
+        s.read(60_000 - k * 16, 16);
+    }
+    s.windows()
+        .iter()
+        .filter(|w| w.shape == Shape::Backward)
+        .map(|w| w.size)
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_far_store_reads_a_round_trip_ahead_before_the_stream_has_shown_as_much() {
+    // Ten requests of 16 pages: a stream of ahead's own rules reads ahead
+    // no more than it has been asked for (160 pages)...
+    assert!(early_backward_window(None, 10) <= 160);
+    // ...nor where a round trip is worth less than the kernel's window
+    // (the simulator's ssd: 9 pages)...
+    let ssd = crate::ra::DeviceCost {
+        request_pages: 0,
+        latency_pages: 9,
+        parallelism: 32,
+    };
+    assert!(early_backward_window(Some(ssd), 10) <= 160);
+    // ...but on an object store (a round trip is 2.7 MB, 675 pages) its
+    // windows ramp as the kernel's do, ×4 then ×2 (64, 256, 512), past
+    // what it has shown: a window cut to that would make the reader wait
+    // one round trip for each.
+    let store = crate::ra::DeviceCost::object_store(4096, 64);
+    assert_eq!(early_backward_window(Some(store), 10), 512);
+    // A round trip's worth is the most it reads beyond what was shown
+    // (640 pages asked for in 40 requests).
+    assert!(early_backward_window(Some(store), 40) <= store.latency_pages);
+}
