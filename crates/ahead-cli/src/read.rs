@@ -30,8 +30,9 @@ pub struct EngineArgs {
     /// [default: 256k].
     #[arg(long = "max-io")]
     pub max_io: Option<String>,
-    /// ahead's most reads in flight at once, GETs for objects (fio's
-    /// iodepth) [default: 64].
+    /// ahead's most reads in flight at once (fio's iodepth); for objects
+    /// the GETs in flight to begin with, grown to up to 4 times as many
+    /// where the measured bandwidth-delay product asks [default: 64].
     #[arg(long = "io-depth")]
     pub io_depth: Option<usize>,
     /// ahead's I/O backend: auto, uring or pool.

@@ -34,6 +34,7 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::io::{Completion, ReadOp, ReadSource, Version};
 
+mod depth;
 mod evict;
 mod probe;
 mod tier;
@@ -60,10 +61,9 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// caller's own runtime does not panic.
 pub(crate) struct Runtime {
     rt: Option<tokio::runtime::Runtime>,
-    /// Requests in flight, engine-wide, at most the engine's depth.
-    permits: Arc<tokio::sync::Semaphore>,
-    /// That depth.
-    depth: usize,
+    /// Requests in flight, engine-wide: the engine's depth to begin
+    /// with, grown to what the path holds ([`depth::Depth`]).
+    depth: Arc<depth::Depth>,
 }
 
 impl Runtime {
@@ -75,14 +75,13 @@ impl Runtime {
             .build()?;
         Ok(Runtime {
             rt: Some(rt),
-            permits: Arc::new(tokio::sync::Semaphore::new(depth.max(1))),
-            depth: depth.max(1),
+            depth: Arc::new(depth::Depth::new(depth)),
         })
     }
 
-    /// How many requests it keeps in flight at most.
+    /// How many requests it keeps in flight at most, now.
     pub(crate) fn depth(&self) -> usize {
-        self.depth
+        self.depth.now()
     }
 
     pub(crate) fn handle(&self) -> tokio::runtime::Handle {
@@ -184,7 +183,7 @@ struct Request {
     range: std::ops::Range<u64>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<Option<String>>>,
-    permits: Arc<tokio::sync::Semaphore>,
+    depth: Arc<depth::Depth>,
     /// The version's chunks in the disk tier, if the engine has one.
     tier: Option<Arc<TierObject>>,
 }
@@ -212,9 +211,8 @@ impl Request {
     /// A failure comes back as an errno for the cache to keep, its
     /// message kept for [`ObjectSource::explain`].
     async fn fetch(self, mut body: Body<'_>) -> io::Result<usize> {
-        // The engine's limit on requests in flight (a closed semaphore
-        // never happens: the runtime holds it for good).
-        let _permit = self.permits.clone().acquire_owned().await;
+        // The engine's limit on requests in flight.
+        let _permit = self.depth.acquire().await;
         let c = &self.counters;
         let now = c.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         c.peak.fetch_max(now, Ordering::Relaxed);
@@ -252,6 +250,7 @@ impl Request {
         c.requests.fetch_add(1, Ordering::Relaxed);
         let checked = match r {
             Ok((got, first_byte)) => {
+                self.depth.completed(got as u64, first_byte);
                 c.first_byte_us
                     .fetch_add(first_byte.as_micros() as u64, Ordering::Relaxed);
                 c.bytes.fetch_add(got as u64, Ordering::Relaxed);
@@ -499,8 +498,6 @@ impl ObjectSource {
         }
     }
 
-    /// A HEAD: the object as it is now, which its reads are held to from
-    /// here on.
     /// The version the last look found (at open, or the latest refresh),
     /// without asking the store again.
     pub(crate) fn known_version(&self) -> Version {
@@ -511,6 +508,8 @@ impl ObjectSource {
         }
     }
 
+    /// A HEAD: the object as it is now, which its reads are held to from
+    /// here on.
     fn look(&self) -> io::Result<Version> {
         let (store, path, url) = (self.store.clone(), self.path.clone(), self.url.clone());
         let meta = self
@@ -574,7 +573,7 @@ impl ObjectSource {
             range: offset..end,
             counters: self.counters.clone(),
             last_error: self.last_error.clone(),
-            permits: self.runtime.permits.clone(),
+            depth: self.runtime.depth.clone(),
             tier,
         })
     }
