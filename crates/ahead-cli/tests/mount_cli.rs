@@ -234,6 +234,46 @@ fn opens_within_the_metadata_ttl_ask_the_store_nothing() {
     }
 }
 
+/// A listing counts as renewed when the store confirms the version it
+/// gave (here the HEAD of an open after its TTL): opened again at once,
+/// the file asks nothing, where before every open after the listing's TTL
+/// made a HEAD of its own. The kernel keeps the file's entry for 1 s, so
+/// within that the opens come to the mount without a lookup (which would
+/// list the directory again).
+#[test]
+fn an_open_within_the_ttl_of_the_last_head_asks_the_store_nothing() {
+    if !fuse_ok() {
+        return;
+    }
+    let size = 1 << 20;
+    let mut data = vec![0u8; size];
+    testdata::fill(&mut data, 5);
+    let (_work, server, dir) = bucket(vec![("f", data)]);
+    let heads = || {
+        server
+            .faults()
+            .heads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let read = || {
+        let got = std::fs::read(dir.join("f")).unwrap();
+        assert_eq!(testdata::first_mismatch(&got, 5), None);
+    };
+    let child = mount_with(&server, &["s3://bkt", "--metadata-ttl", "0.2"], &dir);
+    read();
+    // The listing (and the reads' confirmations) now older than the TTL,
+    // the kernel's entry still young: this open asks (a HEAD)...
+    std::thread::sleep(Duration::from_millis(400));
+    let before = heads();
+    read();
+    assert_eq!(heads() - before, 1, "an open after the TTL asks");
+    // ...and the next ones, within the TTL of that HEAD, do not.
+    read();
+    read();
+    assert_eq!(heads() - before, 1, "opens within the TTL of the HEAD");
+    stop(child, &dir);
+}
+
 #[test]
 fn a_missing_bucket_or_a_file_as_mountpoint_is_a_clear_error() {
     if !fuse_ok() {

@@ -12,7 +12,8 @@
 //! opened for reading (`ls`), so new keys appear. Each open of a file
 //! opens the object in the engine with its ETag pinned there: the one its
 //! listing gave while that is younger than the metadata TTL, else one a
-//! `HEAD` finds. A read that finds the object changed fails with EIO
+//! `HEAD` finds. (A listing is as young as the store's last confirmation
+//! of that version: a HEAD, or a read's GET held to its ETag.) A read that finds the object changed fails with EIO
 //! rather than mix old and new bytes. The kernel may keep a file's pages
 //! between opens (`FOPEN_KEEP_CACHE`) while its size and modification
 //! time are those the listing gave.
@@ -313,6 +314,39 @@ impl ObjectFs {
         self
     }
 
+    /// The store confirmed `file`'s version (its open's HEAD, or a GET held
+    /// to its ETag): the listing of `ino` is as fresh as that, if it lists
+    /// the same version. A file read again within the metadata TTL of its
+    /// last confirmation then opens without a HEAD, as one within the TTL
+    /// of its listing does.
+    fn note_confirmed(&self, ino: u64, file: &File) {
+        let Some((etag, at)) = file.confirmed() else {
+            return;
+        };
+        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = tree.nodes.get_mut(&ino) {
+            let size = n.size;
+            if let Some((listed, when)) = &mut n.listed {
+                if *listed == etag && size == file.len() && at > *when {
+                    *when = at;
+                }
+            }
+        }
+    }
+
+    /// File `name` of directory `parent`, if the store confirmed its
+    /// version within the metadata TTL (a listing, a HEAD, a read's GET):
+    /// it is there as it was, and the directory need not be listed again
+    /// to find it.
+    fn confirmed_child(&self, parent: u64, name: &OsStr) -> Option<(u64, Node)> {
+        let tree = self.tree.read().ok()?;
+        let (_, kids) = tree.children.get(&parent)?;
+        let &(_, ino) = kids.iter().find(|(n, _)| OsStr::new(n) == name)?;
+        let n = tree.nodes.get(&ino)?;
+        let (_, at) = n.listed.as_ref()?;
+        (at.elapsed() < self.metadata_ttl).then(|| (ino, n.clone()))
+    }
+
     fn attr(&self, ino: u64, n: &Node) -> FileAttr {
         FileAttr {
             ino: INodeNo(ino),
@@ -351,6 +385,9 @@ impl Filesystem for ObjectFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some((ino, n)) = self.confirmed_child(parent.0, name) {
+            return reply.entry(&TTL, &self.attr(ino, &n), fuser::Generation(0));
+        }
         let kids = match self.children(parent.0) {
             Ok(k) => k,
             Err(e) => return reply.error(errno_of(&e)),
@@ -395,6 +432,7 @@ impl Filesystem for ObjectFs {
         };
         match opened {
             Ok(file) => {
+                self.note_confirmed(ino.0, &file);
                 // The object as it is now: a size other than the listing's
                 // means it changed; the kernel must not keep old pages.
                 let same = file.len() == n.size;
@@ -465,17 +503,21 @@ impl Filesystem for ObjectFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: fuser::ReplyEmpty,
     ) {
-        self.handles
+        let file = self
+            .handles
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0);
+        if let Some(file) = file {
+            self.note_confirmed(ino.0, &file);
+        }
         reply.ok();
     }
 

@@ -429,3 +429,35 @@ fn an_interrupted_download_resumes_only_from_the_same_version() {
         None
     );
 }
+
+/// `File::confirmed`: an object opened with a HEAD is confirmed then; one
+/// opened as listed is not, until a GET held to its ETag succeeds, and
+/// then as of that GET's sending.
+#[test]
+fn the_store_confirms_a_version_at_the_open_and_at_each_read() {
+    let f = fixture();
+    let etag = f
+        .server
+        .put(BUCKET, "obj", object_bytes(1 << 20, 4))
+        .unwrap();
+    let before = Instant::now();
+    let headed = f.open("obj").unwrap();
+    let (tag, at) = headed.confirmed().expect("the open's HEAD confirmed it");
+    assert_eq!(tag, etag);
+    assert!(at >= before && at <= Instant::now());
+
+    let store = f.server.store(BUCKET).unwrap();
+    let listed = f
+        .engine
+        .open_object_listed(store, ObjectPath::from("obj"), "obj", 1 << 20, &etag)
+        .unwrap();
+    assert_eq!(listed.confirmed(), None, "nothing asked of the store yet");
+    let sent = Instant::now();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(listed.read_at(&mut buf, 512 << 10).unwrap(), 4096);
+    let (tag, at) = listed.confirmed().expect("a GET held to the ETag");
+    assert_eq!(tag, etag);
+    assert!(at >= sent && at <= Instant::now());
+    assert_eq!(headed.len(), 1 << 20);
+    assert!(at > headed.confirmed().unwrap().1);
+}

@@ -126,4 +126,18 @@ impl File {
             _ => None,
         }
     }
+
+    /// An object's ETag, which its reads are held to, and when the store
+    /// last confirmed that version: the send time of the open's HEAD or of
+    /// the latest GET held to the ETag that succeeded. `None` for a file,
+    /// an object without an ETag, or one opened as listed
+    /// ([`Engine::open_object_listed`]) that has fetched nothing yet. A
+    /// caller that caches what a listing said (a mount's metadata TTL) may
+    /// count its age from here.
+    pub fn confirmed(&self) -> Option<(String, std::time::Instant)> {
+        match &self.inner.kind {
+            Kind::Object(o) => o.confirmed(),
+            _ => None,
+        }
+    }
 }

@@ -151,6 +151,18 @@ struct Counters {
     tier_bytes: AtomicU64,
     tier_chunks_hit: AtomicU64,
     tier_chunks_missed: AtomicU64,
+    /// When the store last confirmed the version being read: the send time
+    /// of the latest HEAD, or of a GET held to its ETag, that succeeded.
+    confirmed: Mutex<Option<Instant>>,
+}
+
+impl Counters {
+    /// The store confirmed the version at `at` (a request sent then
+    /// succeeded).
+    fn confirm(&self, at: Instant) {
+        let mut c = self.confirmed.lock().unwrap_or_else(|p| p.into_inner());
+        *c = Some(c.map_or(at, |was| was.max(at)));
+    }
 }
 
 /// An object opened for reading: a store, a path in it, and the version
@@ -251,6 +263,9 @@ impl Request {
         let checked = match r {
             Ok((got, first_byte)) => {
                 self.depth.completed(got as u64, first_byte);
+                if self.etag.is_some() {
+                    c.confirm(started);
+                }
                 c.first_byte_us
                     .fetch_add(first_byte.as_micros() as u64, Ordering::Relaxed);
                 c.bytes.fetch_add(got as u64, Ordering::Relaxed);
@@ -508,10 +523,28 @@ impl ObjectSource {
         }
     }
 
+    /// The ETag its reads are held to, and when the store last confirmed
+    /// it (see [`crate::File::confirmed`]).
+    pub(crate) fn confirmed(&self) -> Option<(String, Instant)> {
+        let etag = self
+            .version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()?;
+        let at = (*self
+            .counters
+            .confirmed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()))?;
+        Some((etag, at))
+    }
+
     /// A HEAD: the object as it is now, which its reads are held to from
     /// here on.
     fn look(&self) -> io::Result<Version> {
         let (store, path, url) = (self.store.clone(), self.path.clone(), self.url.clone());
+        let sent = Instant::now();
         let meta = self
             .runtime
             .run(async move { store.head(&path).await })
@@ -520,7 +553,9 @@ impl ObjectSource {
         let meta = meta.inspect_err(|_| {
             self.counters.failed.fetch_add(1, Ordering::Relaxed);
         })?;
-        Ok(self.settle(meta.size, meta.e_tag))
+        let version = self.settle(meta.size, meta.e_tag);
+        self.counters.confirm(sent);
+        Ok(version)
     }
 
     /// Holds reads to the version of `size` bytes and `e_tag` from here on
