@@ -56,9 +56,7 @@ pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
             let mut i = req.index;
             while i < req.end() {
                 let rest = Request::new(i, (req.end() - i).min(step));
-                if let Some(w) = policy.decide(rest, Trigger::Request, &*table) {
-                    submit(table, w);
-                }
+                decide(policy, table, rest, Trigger::Request);
                 i += rest.count;
             }
             for i in req.index..req.end() {
@@ -74,9 +72,7 @@ pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
                 let rest = Request::new(i, req.end() - i);
                 match table.lookup(i) {
                     Lookup::Absent => {
-                        if let Some(w) = policy.decide(rest, Trigger::Miss, &*table) {
-                            submit(table, w);
-                        }
+                        decide(policy, table, rest, Trigger::Miss);
                         // Whatever the window left out, the request still
                         // needs: read that run now, in one I/O.
                         let run = absent_run(table, i, req.end());
@@ -91,9 +87,7 @@ pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
                         }
                         if marked {
                             table.clear_marker(i);
-                            if let Some(w) = policy.decide(rest, Trigger::MarkerHit, &*table) {
-                                submit(table, w);
-                            }
+                            decide(policy, table, rest, Trigger::MarkerHit);
                         }
                     }
                 }
@@ -121,6 +115,17 @@ pub fn drive(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request) {
         i += run;
     }
     policy.finish(req);
+}
+
+/// Asks `policy` at `trigger` and submits its window, then any further
+/// windows it has for other streams ([`Policy::more`]).
+fn decide(policy: &mut dyn Policy, table: &mut dyn PageTable, req: Request, trigger: Trigger) {
+    if let Some(w) = policy.decide(req, trigger, &*table) {
+        submit(table, w);
+    }
+    while let Some(w) = policy.more(&*table) {
+        submit(table, w);
+    }
 }
 
 fn submit(table: &mut dyn PageTable, window: Window) {

@@ -396,6 +396,13 @@ pub trait Policy: Send {
     /// window read) or refuse it (`None`). The policy's record of its
     /// windows follows what was read.
     fn admitted(&mut self, _decided: Window, _admitted: Option<Window>) {}
+    /// Further windows the last request showed the need of, for streams
+    /// other than its own (readers interleaved on one handle, found all at
+    /// once): [`drive`] asks after each decision until `None`, and each is
+    /// followed by [`Policy::admitted`] as a decided window is.
+    fn more(&mut self, _view: &dyn CacheView) -> Option<Window> {
+        None
+    }
     /// Called when a request has been served.
     fn finish(&mut self, _req: Request) {}
     /// Facts observed by the engine.

@@ -145,6 +145,9 @@ impl Policy for Recording {
         }
         w
     }
+    fn more(&mut self, view: &dyn CacheView) -> Option<Window> {
+        self.inner.more(view)
+    }
     fn finish(&mut self, req: Request) {
         self.inner.finish(req)
     }

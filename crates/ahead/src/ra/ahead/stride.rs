@@ -334,10 +334,17 @@ impl StreamTable {
         let old = self.streams[slot];
         self.settle_all(slot);
         self.streams[slot].live = false;
+        self.split.clear();
         for row in 0..rows {
             let s = self.new_stream(Request::new(old.origin + row * period, run));
             self.streams[s].direction = Direction::Forward;
+            // Row 0 is the one `req` continues: its window comes with it.
+            if row > 0 {
+                self.split.push(s);
+            }
         }
+        // Taken from the end: row 1, the next to be read, first.
+        self.split.reverse();
         true
     }
 

@@ -611,3 +611,40 @@ fn a_far_store_reads_a_round_trip_ahead_before_the_stream_has_shown_as_much() {
     // (640 pages asked for in 40 requests).
     assert!(early_backward_window(Some(store), 40) <= store.latency_pages);
 }
+
+/// Rows of the interleaved job whose second request found a window already
+/// decided for it (before the request came), on a device of `cost`.
+fn rows_read_ahead_in_round_two(cost: Option<crate::ra::DeviceCost>) -> Vec<u64> {
+    let mut s = Sim::new(PolicyKind::Ahead, 4096, 8 * 4096);
+    s.cache.capacity = Some(60_000);
+    s.cache.device = cost;
+    let mut ahead = Vec::new();
+    for k in 0..4u64 {
+        for row in 0..8u64 {
+            let req = row * 4096 + k * 16;
+            if k == 1 && s.windows().iter().any(|w| w.contains(req)) {
+                ahead.push(row);
+            }
+            s.read(req, 16);
+        }
+    }
+    ahead
+}
+
+#[test]
+fn on_a_far_store_rows_split_from_interleaved_readers_get_their_windows_at_once() {
+    // Eight readers of 16 MiB parts of an object on one handle: when the
+    // first request of the second round shows the rows, every other row's
+    // first window goes out with it, so that no row's second request
+    // waits a round trip of its own...
+    // (Row 0 is read ahead either way: a first read at 0 is taken as the
+    // start of a whole-file read.)
+    let store = crate::ra::DeviceCost::object_store(4096, 64);
+    assert_eq!(
+        rows_read_ahead_in_round_two(Some(store)),
+        (0..8).collect::<Vec<_>>()
+    );
+    // ...where a round trip costs little, each row's window waits for its
+    // request, as before.
+    assert_eq!(rows_read_ahead_in_round_two(None), vec![0]);
+}

@@ -651,6 +651,23 @@ impl<P: Policy> Policy for Budgeted<P> {
         }
         admitted
     }
+    fn more(&mut self, view: &dyn CacheView) -> Option<Window> {
+        // Spent from the same budget as a decided window, every page of it
+        // ahead of the reader; one refused does not end the others.
+        loop {
+            let window = self.inner.more(view)?;
+            let gathering = !self.budget.shown;
+            let admitted =
+                self.budget
+                    .admit(Some(window), None, Request::new(window.start, 0), view);
+            if !gathering {
+                self.inner.admitted(window, admitted);
+            }
+            if admitted.is_some() {
+                return admitted;
+            }
+        }
+    }
     fn finish(&mut self, req: Request) {
         if let Some(k) = &mut self.kernel {
             k.finish(req);

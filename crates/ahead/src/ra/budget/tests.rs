@@ -208,6 +208,10 @@ struct Counting {
     /// Strided windows with gaps up to this (and no wider than their
     /// runs) are read whole.
     gap: u64,
+    /// What the device charges, if the engine knows (a far store's round
+    /// trip lets windows run past what a stream has shown, and rows split
+    /// from interleaved readers get windows of their own at once).
+    device: Option<crate::ra::DeviceCost>,
 }
 
 impl CacheView for Counting {
@@ -216,6 +220,9 @@ impl CacheView for Counting {
     }
     fn is_present(&self, index: u64) -> bool {
         self.table.is_present(index)
+    }
+    fn device_cost(&self) -> Option<crate::ra::DeviceCost> {
+        self.device
     }
 }
 
@@ -256,16 +263,35 @@ impl crate::ra::PageTable for Counting {
 }
 
 /// Requests of every shape the policy knows: runs forward, backward,
-/// strided with jitter, at random.
+/// strided with jitter, at random; and readers interleaved on one handle
+/// (`rows` of them, each going forward, one request from each in turn).
 fn requests() -> impl proptest::strategy::Strategy<Value = Vec<(u64, u64)>> {
     use proptest::prelude::*;
     prop::collection::vec(
-        (0u64..60_000, 1u64..40, -40i64..60, 0u64..3, 1usize..60),
+        (
+            0u64..60_000,
+            1u64..40,
+            -40i64..60,
+            0u64..3,
+            1usize..60,
+            1u64..10,
+        ),
         1..10,
     )
     .prop_map(|runs| {
         let mut out: Vec<(u64, u64)> = Vec::new();
-        for (start, count, step, jitter, n) in runs {
+        for (start, count, step, jitter, n, rows) in runs {
+            if rows > 1 {
+                // Rows at most MAX_STRIDE_PERIOD apart, as the stride
+                // rule that finds them first needs.
+                let spacing = (60_000 / rows).min(4096);
+                for k in 0..n as u64 {
+                    for r in 0..rows {
+                        out.push((start % spacing + r * spacing + k * count, count));
+                    }
+                }
+                continue;
+            }
             let mut at = start as i64;
             for k in 0..n {
                 let index = at.max(0) as u64 + (k as u64 % (jitter + 1));
@@ -285,7 +311,7 @@ proptest::proptest! {
     /// took are at most `k` (plus the gap credit) times those taken,
     /// plus `c`.
     #[test]
-    fn speculation_never_exceeds_the_budget(reqs in requests(), max in 4u64..512, gap in 0u64..20, hints: bool) {
+    fn speculation_never_exceeds_the_budget(reqs in requests(), max in 4u64..512, gap in 0u64..20, hints: bool, far: bool) {
         use crate::ra::{ahead::StreamTable, drive, RaConfig};
         let config = RaConfig { read_through_gap: gap, hints, ..RaConfig::with_max_pages(max) };
         let mut policy = Budgeted::new(StreamTable::new(config), &config);
@@ -296,6 +322,7 @@ proptest::proptest! {
             taken: 0,
             current: Request::new(0, 0),
             gap,
+            device: far.then(|| crate::ra::DeviceCost::object_store(4096, 64)),
         };
         for (index, count) in reqs {
             for p in index..index + count {
