@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::ra::tests_support::VecCache;
+use crate::ra::Policy;
 
 fn cfg(read_through_gap: u64) -> RaConfig {
     RaConfig {

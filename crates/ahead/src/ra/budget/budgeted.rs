@@ -1,0 +1,129 @@
+//! [`Budgeted`]: a policy held to its file's [`Budget`].
+
+use super::Budget;
+use crate::ra::ondemand::OnDemand;
+use crate::ra::{CacheView, Feedback, Policy, RaConfig, Request, Trigger, Window};
+
+/// A policy held to a [`Budget`]: every window it decides is admitted by
+/// the file's budget before the engine reads it. [`crate::ra::new_policy`]
+/// wraps ahead's policy in it; `ondemand` and `legacy` are the baselines
+/// and are not wrapped.
+pub struct Budgeted<P> {
+    inner: P,
+    /// The kernel's `ondemand`, consulted at every decision for the floor;
+    /// none for hints ([`RaConfig::hints`]), whose floor is the kernel
+    /// under them.
+    kernel: Option<OnDemand>,
+    budget: Budget,
+}
+
+impl<P: Policy> Budgeted<P> {
+    /// `inner` held to a fresh budget, over the floor of an `ondemand`
+    /// configured alike.
+    pub fn new(inner: P, config: &RaConfig) -> Budgeted<P> {
+        Budgeted {
+            inner,
+            kernel: (!config.hints).then(|| OnDemand::new(*config)),
+            budget: Budget::new(config),
+        }
+    }
+
+    /// The budget.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// `window` as the budget admits it. Before a file's evidence (hints)
+    /// the policy is not told that its windows were refused: it goes on as
+    /// if they had been read, so that what it foresees is its pattern's,
+    /// and its own records judge them as they would judge hints.
+    fn admit(
+        &mut self,
+        window: Option<Window>,
+        floor: Option<Window>,
+        req: Request,
+        view: &dyn CacheView,
+    ) -> Option<Window> {
+        let gathering = !self.budget.shown;
+        let admitted = self.budget.admit(window, floor, req, view);
+        if let (Some(w), false) = (window, gathering) {
+            self.inner.admitted(w, admitted);
+        }
+        admitted
+    }
+}
+
+impl<P: Policy> Policy for Budgeted<P> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn max_pages(&self) -> u64 {
+        self.inner.max_pages()
+    }
+    fn calls(&self) -> crate::ra::Calls {
+        self.inner.calls()
+    }
+    fn demand_fill(&self) -> crate::ra::DemandFill {
+        self.inner.demand_fill()
+    }
+    fn begin(&mut self, req: Request) {
+        self.budget.credit(req);
+        if let Some(k) = &mut self.kernel {
+            k.begin(req);
+        }
+        self.inner.begin(req);
+    }
+    fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window> {
+        // The kernel would find only its own markers.
+        let floor = self.kernel.as_mut().and_then(|k| match trigger {
+            Trigger::MarkerHit if !k.marks(req.index) => None,
+            _ => k.decide(req, trigger, view),
+        });
+        let window = self.inner.decide(req, trigger, view);
+        let admitted = self.admit(window, floor, req, view);
+        if let (Some(k), Some(f)) = (&mut self.kernel, floor) {
+            k.admitted(f, admitted);
+        }
+        admitted
+    }
+    fn more(&mut self, view: &dyn CacheView) -> Option<Window> {
+        // Every page ahead of the reader; one refused does not end the rest.
+        loop {
+            let w = self.inner.more(view)?;
+            if let Some(a) = self.admit(Some(w), None, Request::new(w.start, 0), view) {
+                return Some(a);
+            }
+        }
+    }
+    fn finish(&mut self, req: Request) {
+        if let Some(k) = &mut self.kernel {
+            k.finish(req);
+        }
+        self.inner.finish(req);
+    }
+    fn feedback(&mut self, event: Feedback) {
+        if let Feedback::EvictedUnused { index } = event {
+            self.budget.forget(index);
+        }
+        if let Some(k) = &mut self.kernel {
+            k.feedback(event);
+        }
+        self.inner.feedback(event);
+    }
+    fn outstanding(&self) -> bool {
+        self.budget.outstanding() || self.inner.outstanding()
+    }
+    fn describe(&self) -> Vec<String> {
+        let mut out = self.inner.describe();
+        let b = &self.budget;
+        out.push(format!(
+            "speculation budget: {} pages read ahead beyond the kernel's rules ({} on them), {} of them used, {} foreseen and read unaided, {} left",
+            b.charged(),
+            b.floor(),
+            b.used(),
+            b.foreseen_used(),
+            b.left()
+        ));
+        out
+    }
+}
