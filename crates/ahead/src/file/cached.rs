@@ -62,6 +62,13 @@ pub(super) fn lend(
 }
 
 impl File {
+    /// What reading the file costs, as its policy is told at a decision
+    /// ([`crate::io::ReadSource::cost`]): asked each time, since an object
+    /// store's requests in flight grow as the engine measures the path.
+    pub(super) fn device_cost(&self) -> Option<crate::ra::DeviceCost> {
+        self.inner.source.cost(self.inner.engine.config.page_size)
+    }
+
     pub(super) fn planner<'a>(
         &'a self,
         g: &'a mut cache::Inner,
@@ -76,7 +83,7 @@ impl File {
             max_io_pages: self.inner.engine.max_io_pages,
             request: request.index..request.end(),
             plans: Vec::new(),
-            device: self.inner.cost,
+            device: self.device_cost(),
         }
     }
 

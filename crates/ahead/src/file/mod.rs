@@ -88,11 +88,12 @@ struct FileInner {
     /// What its reads read ([`Kind::source`]), and what the source says of
     /// itself, asked once at open: where the cached kinds' reads go (the
     /// engine's backend, or for a source read by requests its request
-    /// backend), what they cost the policy, and whether they teach the
-    /// engine its device.
+    /// backend) and whether they teach the engine its device. What they
+    /// cost the policy is asked at each decision
+    /// ([`ReadSource::cost`]): an object store's requests in flight grow
+    /// as the engine measures the path.
     source: Arc<dyn ReadSource>,
     backend: Arc<dyn crate::io::Backend>,
-    cost: Option<ra::DeviceCost>,
     learns: bool,
     policy: Mutex<Box<dyn Policy>>,
     /// Requests served by the hit path, for the policy to see in order
@@ -172,7 +173,6 @@ impl File {
             () if by_request => p.engine.remote_backend().clone(),
             () => p.engine.backend.clone(),
         };
-        let cost = source.cost(p.engine.config.page_size);
         File {
             inner: Arc::new(FileInner {
                 served: Served::default(),
@@ -182,7 +182,6 @@ impl File {
                 kind: p.kind,
                 source,
                 backend,
-                cost,
                 learns: !by_request,
                 policy: Mutex::new(p.policy),
                 hits_seen: hit_queues(),

@@ -141,3 +141,41 @@ impl File {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EngineConfig;
+    use object_store::ObjectStoreExt;
+
+    #[test]
+    fn an_object_policy_is_told_the_depth_the_engine_has_grown_to() {
+        // A strided window holds as many runs as the store serves at once;
+        // that number grows while a file is open, so the cost the policy
+        // is told must be asked at each decision, not kept from the open.
+        let engine = Engine::new(EngineConfig::default()).unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let path = ObjectPath::from("o");
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(store.put(&path, vec![7u8; 1 << 20].into()))
+            .unwrap();
+        let file = engine.open_object(store, path, "memory://o").unwrap();
+        let first = engine.shared.runtime().unwrap().depth();
+        assert_eq!(
+            file.device_cost().map(|c| c.parallelism),
+            Some(first as u64)
+        );
+        engine
+            .shared
+            .runtime()
+            .unwrap()
+            .depth_meter()
+            .grow(first * 3);
+        assert_eq!(
+            file.device_cost().map(|c| c.parallelism),
+            Some(3 * first as u64)
+        );
+    }
+}

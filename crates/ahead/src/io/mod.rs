@@ -203,8 +203,10 @@ pub trait ReadSource: Send + Sync {
     }
     /// What reading it costs, as the readahead policies weigh speculation
     /// ([`crate::ra::DeviceCost`], in pages of `page_size`), where the
-    /// source knows. The default, `None`: a device, whose costs are the
-    /// policies' measured defaults.
+    /// source knows. Asked at each decision of the policy, so it may
+    /// change as the engine learns (an object store's requests in flight).
+    /// The default, `None`: a device, whose costs are the policies'
+    /// measured defaults.
     fn cost(&self, page_size: u64) -> Option<crate::ra::DeviceCost> {
         let _ = page_size;
         None

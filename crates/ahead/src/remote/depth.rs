@@ -105,7 +105,13 @@ impl Depth {
             let mut m = self.meter.lock().unwrap_or_else(|p| p.into_inner());
             m.record(bytes, first_byte)
         };
-        let Some(want) = want else { return };
+        if let Some(want) = want {
+            self.grow(want);
+        }
+    }
+
+    /// Grows the depth to `want` requests (at most the cap); never shrinks it.
+    pub(crate) fn grow(&self, want: usize) {
         let want = want.min(self.cap);
         let granted = self.granted.load(Ordering::Relaxed);
         if want > granted

@@ -84,6 +84,12 @@ impl Runtime {
         self.depth.now()
     }
 
+    /// What sizes that number.
+    #[cfg(test)]
+    pub(crate) fn depth_meter(&self) -> &depth::Depth {
+        &self.depth
+    }
+
     pub(crate) fn handle(&self) -> tokio::runtime::Handle {
         match &self.rt {
             Some(rt) => rt.handle().clone(),
