@@ -86,11 +86,12 @@ pub const CREDIT_PAGES: u64 = 2 * DEFAULT_MAX_PAGES;
 pub(crate) const CREDIT_WINDOW_SHARE: u64 = 4;
 
 /// In a cache whose capacity the engine knows, a window on the kernel's
-/// floor holds at most this share of it (one sixteenth): the share each of
-/// eight interleaved streams keeps for its two windows in ahead's policy
-/// (`share_max`), which took eight interleaved readers of an object from
-/// 2.45 times the bytes they used to 1.06. `ondemand` sizes its windows
-/// for a cache as large as memory.
+/// floor holds at most this share of it (one sixteenth): what each of
+/// eight interleaved streams' two windows may hold, which took eight
+/// interleaved readers of an object from 2.45 times the bytes they used
+/// to 1.06. (ahead's own policy gives each stream three windows' worth,
+/// the third for pages already read: `SHARE_WINDOWS`.) `ondemand` sizes
+/// its windows for a cache as large as memory.
 pub(crate) const FLOOR_CACHE_SHARE: u64 = 16;
 
 /// The most ranges of speculative pages a budget remembers for credit;
