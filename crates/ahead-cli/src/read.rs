@@ -42,6 +42,12 @@ pub struct EngineArgs {
     /// kernel then pins each read's pages, as before.
     #[arg(long)]
     pub no_registered_buffers: bool,
+    /// Back ahead's cache with transparent huge pages: its first use costs
+    /// a fifth of the system time on a machine with memory to spare, and
+    /// more in a virtual machine that hands free memory to its host
+    /// (docs/modes.md).
+    #[arg(long = "huge-pages")]
+    pub huge_pages: bool,
     /// Objects: keep what is fetched in a disk tier in this directory
     /// (made 0700; yours alone), shared with every process that names
     /// it, and read it from there the next time.
@@ -66,7 +72,8 @@ impl EngineArgs {
                 parse_size(self.max_readahead.as_deref().unwrap_or("4m"))
                     .context("--max-readahead")?,
             )
-            .with_registered_buffers(!self.no_registered_buffers);
+            .with_registered_buffers(!self.no_registered_buffers)
+            .with_huge_pages(self.huge_pages);
         let mut config = config;
         if let Some(d) = self.io_depth {
             if d == 0 {

@@ -722,3 +722,69 @@ fn the_engine_learns_its_devices_costs_from_a_files_reads() {
         "{c:?}"
     );
 }
+
+/// Mappings the kernel would back with transparent huge pages
+/// (`THPeligible: 1` in smaps).
+fn thp_eligible_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/smaps")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("THPeligible:") && l.ends_with('1'))
+        .count()
+}
+
+#[test]
+fn a_cache_in_huge_pages_reads_every_byte_and_asks_the_kernel_for_them() {
+    // The cache's memory in huge pages: the same bytes through io_uring's
+    // registered buffers and through the pool, forward and at random, in a
+    // cache smaller than the file (frames reused); and where the kernel
+    // gives huge pages only on request, the engine's arena is the mapping
+    // that asked.
+    let dir = scratch();
+    let size = 24u64 << 20;
+    let path = gen(dir.path(), "f", size);
+    let mode =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    for backend in [BackendKind::Uring, BackendKind::Pool] {
+        if backend == BackendKind::Uring && ahead::io::Uring::new(1).is_err() {
+            eprintln!("SKIP io_uring: unavailable");
+            continue;
+        }
+        let before = thp_eligible_mappings();
+        let engine = Engine::new(
+            EngineConfig::default()
+                .with_cache_bytes(8 << 20)
+                .with_max_readahead(1 << 20)
+                .with_backend(backend)
+                .with_huge_pages(true),
+        )
+        .unwrap();
+        if mode.contains("[madvise]") {
+            assert!(
+                thp_eligible_mappings() > before,
+                "{backend:?}: no mapping asked for huge pages"
+            );
+        } else {
+            eprintln!("SKIP the huge-page advice check: THP is {}", mode.trim());
+        }
+        let f = engine.open(&path).unwrap();
+        let mut buf = vec![0u8; 128 << 10];
+        let mut offset = 0;
+        while offset < size {
+            let n = f.read_at(&mut buf, offset).unwrap();
+            check_read("huge seq", &buf, n, offset, buf.len() as u64, size);
+            offset += n as u64;
+        }
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..500 {
+            let (off, len) = (rng.u64(0..size), rng.u64(1..=16384));
+            let n = f.read_at(&mut buf[..len as usize], off).unwrap();
+            check_read("huge random", &buf, n, off, len, size);
+        }
+        let s = engine.stats();
+        if backend == BackendKind::Uring {
+            assert!(engine.fixed_reads() > 0, "{backend:?}: no registered reads");
+        }
+        assert!(s.device_bytes >= size, "{backend:?}: {s:?}");
+    }
+}

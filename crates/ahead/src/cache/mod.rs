@@ -150,9 +150,31 @@ impl PageCache {
         reserve: usize,
         eviction: EvictionKind,
     ) -> std::io::Result<PageCache> {
+        PageCache::with_arena(Arena::new(frames, page)?, reserve, eviction)
+    }
+
+    /// As [`PageCache::new`], its memory in transparent huge pages where
+    /// the kernel gives them (`EngineConfig::huge_pages`).
+    pub fn with_huge_pages(
+        frames: usize,
+        page: usize,
+        reserve: usize,
+        eviction: EvictionKind,
+    ) -> std::io::Result<PageCache> {
+        let arena = Arena::with_huge_pages(frames, page, true)?;
+        PageCache::with_arena(arena, reserve, eviction)
+    }
+
+    fn with_arena(
+        arena: std::sync::Arc<Arena>,
+        reserve: usize,
+        eviction: EvictionKind,
+    ) -> std::io::Result<PageCache> {
+        let frames = arena.frames();
+        let page = arena.frame_size();
         Ok(PageCache {
             page,
-            arena: Arena::new(frames, page)?,
+            arena,
             pins: pins::Pins::new(frames),
             hits: HitTable::new(frames),
             reserve,

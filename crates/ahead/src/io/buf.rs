@@ -66,6 +66,11 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// The size of a transparent huge page on x86-64 and of the common arm64
+/// configuration; where it differs, the advice covers whole huge pages of
+/// the other size or none, and is harmless either way.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// A fixed set of page-sized, page-aligned frames in one allocation: the
 /// memory of the cache. The allocation is an anonymous private mapping
 /// reserved without backing (MAP_NORESERVE): the kernel supplies a zeroed
@@ -102,15 +107,32 @@ impl Arena {
     /// Reserves address space only; fails (ENOMEM) when even that cannot
     /// be had, or when the size overflows.
     pub(crate) fn new(frames: usize, frame_size: usize) -> std::io::Result<Arc<Arena>> {
+        Arena::with_huge_pages(frames, frame_size, false)
+    }
+
+    /// As [`Arena::new`]; with `huge`, an arena of at least one huge page
+    /// asks the kernel for transparent huge pages (see
+    /// `EngineConfig::huge_pages` for when that pays).
+    pub(crate) fn with_huge_pages(
+        frames: usize,
+        frame_size: usize,
+        huge: bool,
+    ) -> std::io::Result<Arc<Arena>> {
+        let huge = huge && frames.saturating_mul(frame_size) >= HUGE_PAGE;
         let too_big = || std::io::Error::from_raw_os_error(libc::ENOMEM);
         if !frame_size.is_power_of_two() {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         }
         let size = frames.max(1).checked_mul(frame_size).ok_or_else(too_big)?;
-        // mmap aligns to the system page; a larger frame needs room to
-        // round up to it.
-        let slack = if frame_size > rustix::param::page_size() {
+        // mmap aligns to the system page; a larger frame, or the huge page
+        // an arena of at least one is backed by, needs room to round up to.
+        let align = if huge {
+            frame_size.max(HUGE_PAGE)
+        } else {
             frame_size
+        };
+        let slack = if align > rustix::param::page_size() {
+            align
         } else {
             0
         };
@@ -126,11 +148,26 @@ impl Arena {
             )?
         };
         let map = NonNull::new(raw.cast::<u8>()).ok_or_else(too_big)?;
-        let offset = map.as_ptr().align_offset(frame_size);
-        // SAFETY: `offset` < `frame_size` <= `slack` when slack is needed
-        // (0 otherwise), so the rounded base and `size` bytes after it stay
+        let offset = map.as_ptr().align_offset(align);
+        // SAFETY: `offset` < `align` <= `slack` when slack is needed (0
+        // otherwise), so the rounded base and `size` bytes after it stay
         // inside the mapping.
         let base = unsafe { map.add(offset) };
+        if huge {
+            // Transparent huge pages where the system allows them on
+            // request (`enabled` = madvise, the common default): the
+            // arena's first touch then costs a fault, a charge and a page
+            // table entry per 2 MiB rather than per 4 KiB. Advice only:
+            // refused (no THP in the kernel), the arena works as before.
+            // SAFETY: advice on the range of the mapping made above.
+            let _ = unsafe {
+                rustix::mm::madvise(
+                    base.as_ptr().cast(),
+                    size - size % HUGE_PAGE,
+                    rustix::mm::Advice::LinuxHugepage,
+                )
+            };
+        }
         Ok(Arc::new(Arena {
             base,
             map,
