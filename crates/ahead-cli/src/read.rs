@@ -42,12 +42,11 @@ pub struct EngineArgs {
     /// kernel then pins each read's pages, as before.
     #[arg(long)]
     pub no_registered_buffers: bool,
-    /// Back ahead's cache with transparent huge pages: its first use costs
-    /// a fifth of the system time on a machine with memory to spare, and
-    /// more in a virtual machine that hands free memory to its host
-    /// (docs/modes.md).
-    #[arg(long = "huge-pages")]
-    pub huge_pages: bool,
+    /// ahead's cache in transparent huge pages: off, on, or auto (a probe
+    /// when the engine starts takes them where one costs less to touch
+    /// than 512 small pages; docs/bench.md).
+    #[arg(long = "huge-pages", default_value = "auto")]
+    pub huge_pages: String,
     /// Objects: keep what is fetched in a disk tier in this directory
     /// (made 0700; yours alone), shared with every process that names
     /// it, and read it from there the next time.
@@ -73,7 +72,7 @@ impl EngineArgs {
                     .context("--max-readahead")?,
             )
             .with_registered_buffers(!self.no_registered_buffers)
-            .with_huge_pages(self.huge_pages);
+            .with_huge_pages(self.huge_pages.parse().map_err(anyhow::Error::msg)?);
         let mut config = config;
         if let Some(d) = self.io_depth {
             if d == 0 {
@@ -221,6 +220,16 @@ pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json
         o["device_latency_pages"] = c.latency_pages.into();
         o["device_parallelism"] = c.parallelism.into();
     }
+    if let Some(h) = m.huge_pages {
+        o["huge_pages"] = h.huge.into();
+        if let Some((big, small)) = h.probe_ns {
+            o["huge_probe_ns"] = big.into();
+            o["small_probe_ns"] = small.into();
+        }
+        if let Some(at) = h.gave_up_at {
+            o["huge_pages_given_up_at"] = at.into();
+        }
+    }
     if let Some(r) = m.remote {
         o["remote_requests"] = r.requests.into();
         o["remote_bytes_fetched"] = r.bytes_fetched.into();
@@ -252,6 +261,24 @@ fn text(pattern: &str, engine: &str, bs: u64, m: &Measurement, stats: bool) -> S
                 "  device cost (learned): a request {} pages, latency {} pages, {} in parallel\n",
                 c.request_pages, c.latency_pages, c.parallelism
             );
+        }
+        if let Some(h) = m.huge_pages {
+            out += &format!(
+                "  huge pages           {}",
+                if h.huge { "yes" } else { "no" }
+            );
+            if let Some((big, small)) = h.probe_ns {
+                out += &format!(
+                    " (probe: one huge page {:.2} ms, 512 small pages {:.2} ms",
+                    big as f64 / 1e6,
+                    small as f64 / 1e6
+                );
+                if let Some(at) = h.gave_up_at {
+                    out += &format!("; given up at {}", format_size(at));
+                }
+                out.push(')');
+            }
+            out.push('\n');
         }
         if let Some(r) = m.remote {
             out += &format!(

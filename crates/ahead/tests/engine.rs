@@ -756,7 +756,7 @@ fn a_cache_in_huge_pages_reads_every_byte_and_asks_the_kernel_for_them() {
                 .with_cache_bytes(8 << 20)
                 .with_max_readahead(1 << 20)
                 .with_backend(backend)
-                .with_huge_pages(true),
+                .with_huge_pages(ahead::io::HugePages::On),
         )
         .unwrap();
         if mode.contains("[madvise]") {
@@ -786,5 +786,61 @@ fn a_cache_in_huge_pages_reads_every_byte_and_asks_the_kernel_for_them() {
             assert!(engine.fixed_reads() > 0, "{backend:?}: no registered reads");
         }
         assert!(s.device_bytes >= size, "{backend:?}: {s:?}");
+    }
+}
+
+#[test]
+fn auto_huge_pages_follow_the_probe_and_read_every_byte() {
+    // The default: at its first read the engine touches one huge page and
+    // 2 MiB of small ones, keeps huge pages only if the huge one was
+    // clearly the cheaper, and gives them up at the first later huge page
+    // that costs more than the small ones did. Whatever it chose, the
+    // bytes are the file's.
+    let dir = scratch();
+    let size = 12u64 << 20;
+    let path = gen(dir.path(), "f", size);
+    let engine = Engine::new(EngineConfig::default().with_cache_bytes(32 << 20)).unwrap();
+    let before = engine.huge_pages();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    let on_request = thp.contains("[always]") || thp.contains("[madvise]");
+    assert_eq!(
+        (before.huge, before.probe_ns),
+        (on_request, None),
+        "{before:?}"
+    );
+    let f = engine.open(&path).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut offset = 0;
+    while offset < size {
+        let n = f.read_at(&mut buf, offset).unwrap();
+        check_read("auto", &buf, n, offset, buf.len() as u64, size);
+        offset += n as u64;
+    }
+    let c = engine.huge_pages();
+    eprintln!("after reading 12 MiB: {c:?}");
+    if !on_request {
+        eprintln!("SKIP the probe's checks: THP is {:?}", thp.trim());
+        assert_eq!((c.huge, c.probe_ns), (false, None), "{c:?}");
+        return;
+    }
+    let (big, small) = c.probe_ns.expect("the first read probes");
+    if big * 4 > small * 3 {
+        // Dear at the probe: small pages from its end on.
+        assert_eq!((c.huge, c.gave_up_at), (false, Some(4 << 20)), "{c:?}");
+    } else if let Some(at) = c.gave_up_at {
+        // Given up later, past the probe, at the end of a huge page the
+        // reads needed (12 MiB of file in a 32 MiB cache).
+        assert!(!c.huge && at > 4 << 20 && at <= 16 << 20, "{c:?}");
+    } else {
+        assert!(c.huge, "{c:?}");
+    }
+    // Below the probe's size, or asked not to: no probe, no huge pages.
+    for config in [
+        EngineConfig::default().with_cache_bytes(12 << 20),
+        EngineConfig::default().with_huge_pages(ahead::io::HugePages::Off),
+    ] {
+        let c = Engine::new(config).unwrap().huge_pages();
+        assert_eq!((c.huge, c.probe_ns), (false, None), "{c:?}");
     }
 }

@@ -185,6 +185,8 @@ pub struct Measurement {
     pub device_cost: Option<ahead::ra::DeviceCost>,
     /// An object's requests, bytes fetched and disk tier counters.
     pub remote: Option<ahead::remote::RemoteStats>,
+    /// What the cache's memory was made of, for ahead runs.
+    pub huge_pages: Option<ahead::io::HugeChoice>,
 }
 
 impl Measurement {
@@ -362,6 +364,7 @@ fn measure_ahead(
     m.direct = file.is_direct();
     m.fixed_reads = Some(eng.fixed_reads());
     m.device_cost = eng.device_cost();
+    m.huge_pages = Some(eng.huge_pages());
     m.remote = file.remote_stats();
     Ok(m)
 }

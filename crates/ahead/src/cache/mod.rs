@@ -144,6 +144,7 @@ pub struct PageCache {
 impl PageCache {
     /// A cache of `frames` pages of `page` bytes, keeping `reserve` frames
     /// from readahead for demand reads.
+    #[cfg(test)]
     pub fn new(
         frames: usize,
         page: usize,
@@ -153,15 +154,16 @@ impl PageCache {
         PageCache::with_arena(Arena::new(frames, page)?, reserve, eviction)
     }
 
-    /// As [`PageCache::new`], its memory in transparent huge pages where
-    /// the kernel gives them (`EngineConfig::huge_pages`).
+    /// As [`PageCache::new`], its memory in transparent huge pages as
+    /// `huge` says (`EngineConfig::huge_pages`).
     pub fn with_huge_pages(
         frames: usize,
         page: usize,
         reserve: usize,
         eviction: EvictionKind,
+        huge: crate::io::HugePages,
     ) -> std::io::Result<PageCache> {
-        let arena = Arena::with_huge_pages(frames, page, true)?;
+        let arena = Arena::with_huge_pages(frames, page, huge)?;
         PageCache::with_arena(arena, reserve, eviction)
     }
 

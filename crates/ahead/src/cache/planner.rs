@@ -76,6 +76,7 @@ impl Planner<'_> {
                 complete = false;
                 break;
             };
+            self.cache.arena.reach(frame);
             let file = self.file;
             let fp = self.inner.files.get_mut(&file).unwrap();
             let generation = fp.generation;

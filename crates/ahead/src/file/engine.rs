@@ -86,20 +86,10 @@ pub struct EngineConfig {
     /// cache's lock or the policy's (the policy sees them later, in order).
     /// On by default; off compares the two.
     pub lock_free_hits: bool,
-    /// Back the cache with transparent huge pages where the kernel gives
-    /// them on request (`madvise`, the usual setting). The cache's memory
-    /// is anonymous, so the kernel zeroes each page at its first use; in
-    /// 4 KiB pages the faults, charges and page-table work of a 256 MiB
-    /// cache cost about 0.12 s of system time, most of what a cold 1 GiB
-    /// Direct read costs beyond the kernel's own buffered read, and in
-    /// 2 MiB pages about 0.02 s (docs/modes.md). Off by default: in a
-    /// virtual machine that hands free memory back to its host (free page
-    /// reporting, as on the machines this was measured on), huge pages
-    /// come from the memory handed back, and the host's faults made a
-    /// first use after a pause cost 0.47–0.58 s instead. As with
-    /// RocksDB's `huge_page_tlb_size` and the JVM's
-    /// `-XX:+UseTransparentHugePages`, whoever knows the machine asks.
-    pub huge_pages: bool,
+    /// Whether the cache's memory comes in transparent huge pages
+    /// ([`HugePages`](crate::io::HugePages): off, on, or measured as the
+    /// cache fills, the default).
+    pub huge_pages: crate::io::HugePages,
     /// A directory for a disk tier under the cache, for objects
     /// ([`crate::remote::DiskTier`]): chunks of what the engine fetches
     /// are kept there, shared by every process that names it, and read
@@ -178,7 +168,7 @@ impl EngineConfig {
         self
     }
     /// Sets whether the cache asks for transparent huge pages.
-    pub fn with_huge_pages(mut self, v: bool) -> EngineConfig {
+    pub fn with_huge_pages(mut self, v: crate::io::HugePages) -> EngineConfig {
         self.huge_pages = v;
         self
     }
@@ -215,7 +205,7 @@ impl Default for EngineConfig {
             require_direct: false,
             registered_buffers: true,
             lock_free_hits: true,
-            huge_pages: false,
+            huge_pages: crate::io::HugePages::Auto,
             cache_dir: None,
             cache_dir_bytes: None,
         }
@@ -389,16 +379,12 @@ impl Engine {
         let max_io_pages = (config.max_io / page).clamp(1, 1024) as usize;
         // Demand reads keep one window's worth of frames for themselves.
         let reserve = max_ra_pages;
-        let make = if config.huge_pages {
-            PageCache::with_huge_pages
-        } else {
-            PageCache::new
-        };
-        let cache = make(
+        let cache = PageCache::with_huge_pages(
             frames as usize,
             page as usize,
             reserve as usize,
             config.eviction,
+            config.huge_pages,
         )
         .map_err(|e| Error::io("reserve the cache's memory", Path::new(""), None, e))?;
         if config.registered_buffers {
@@ -480,6 +466,12 @@ impl Engine {
             }
         }
         Ok((max_ra_pages, frames))
+    }
+
+    /// What the cache's memory is made of: huge pages or not, and the
+    /// probe that chose ([`crate::io::HugePages::Auto`]).
+    pub fn huge_pages(&self) -> crate::io::HugeChoice {
+        self.shared.cache.arena().huge_pages()
     }
 
     /// Bytes of the cache in use (pages held and reads in flight); never

@@ -31,7 +31,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-pub use buf::{AlignedBuf, Arena};
+pub use buf::{AlignedBuf, Arena, HugeChoice, HugePages, PROBE_MIN};
 pub use pool::Pool;
 pub use requests::Requests;
 pub use uring::Uring;
