@@ -419,3 +419,59 @@ fn hints_wait_for_the_reads_to_bear_the_policy_out() {
     assert_eq!(b.left(), 8 + HINT_CREDIT_PAGES - 24);
     assert!(b.holds());
 }
+
+/// A cache view of a far store (or, with `device` None, of a disk).
+struct Far {
+    pages: VecCache,
+    device: Option<crate::ra::DeviceCost>,
+}
+
+impl CacheView for Far {
+    fn file_pages(&self) -> u64 {
+        self.pages.file_pages()
+    }
+    fn is_present(&self, index: u64) -> bool {
+        self.pages.is_present(index)
+    }
+    fn device_cost(&self) -> Option<crate::ra::DeviceCost> {
+        self.device
+    }
+}
+
+#[test]
+fn a_far_source_gets_a_credit_of_round_trips_that_never_shrinks() {
+    let config = cfg(0);
+    let mut b = Budget::new(&config);
+    let base = b.credit_pages();
+    let far = crate::ra::DeviceCost::object_store(4096, 64);
+    let mut v = Far {
+        pages: view(100_000),
+        device: None,
+    };
+    let w = |start| Some(Window::forward(start, 8, 0));
+    // A disk: the credit stays.
+    b.admit(w(10), None, Request::new(0, 1), &v);
+    assert_eq!(b.credit_pages(), base);
+    // A store whose round trip is worth 675 pages: eight of them.
+    v.device = Some(far);
+    b.admit(w(100), None, Request::new(90, 1), &v);
+    assert_eq!(b.credit_pages(), FAR_CREDIT_ROUND_TRIPS * far.latency_pages);
+    assert!(b.credit_pages() > base);
+    // The store measured nearer later: what was admitted stays bounded.
+    v.device = Some(crate::ra::DeviceCost {
+        latency_pages: 40,
+        ..far
+    });
+    b.admit(w(200), None, Request::new(190, 1), &v);
+    assert_eq!(b.credit_pages(), FAR_CREDIT_ROUND_TRIPS * far.latency_pages);
+    assert!(b.holds());
+    // Hints have their own credit, far or not.
+    let hints = RaConfig {
+        hints: true,
+        ..config
+    };
+    let mut h = Budget::new(&hints);
+    v.device = Some(far);
+    h.admit(w(10), None, Request::new(0, 1), &v);
+    assert_eq!(h.credit, HINT_CREDIT_PAGES);
+}
