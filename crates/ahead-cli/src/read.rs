@@ -42,9 +42,9 @@ pub struct EngineArgs {
     /// kernel then pins each read's pages, as before.
     #[arg(long)]
     pub no_registered_buffers: bool,
-    /// ahead's cache in transparent huge pages: off, on, or auto (a probe
-    /// when the engine starts takes them where one costs less to touch
-    /// than 512 small pages; docs/bench.md).
+    /// ahead's cache in transparent huge pages: off, on, or auto (timed
+    /// as the cache fills: kept while each costs less to touch than 512
+    /// small pages; docs/bench.md).
     #[arg(long = "huge-pages", default_value = "auto")]
     pub huge_pages: String,
     /// Objects: keep what is fetched in a disk tier in this directory
