@@ -723,6 +723,18 @@ fn the_engine_learns_its_devices_costs_from_a_files_reads() {
     );
 }
 
+/// Reads `f` (of `size` bytes) from start to end in `bs`-byte requests,
+/// checking every byte.
+fn read_forward_checked(name: &str, f: &ahead::File, size: u64, bs: usize) {
+    let mut buf = vec![0u8; bs];
+    let mut offset = 0;
+    while offset < size {
+        let n = f.read_at(&mut buf, offset).unwrap();
+        check_read(name, &buf, n, offset, bs as u64, size);
+        offset += n as u64;
+    }
+}
+
 /// Mappings the kernel would back with transparent huge pages
 /// (`THPeligible: 1` in smaps).
 fn thp_eligible_mappings() -> usize {
@@ -768,13 +780,8 @@ fn a_cache_in_huge_pages_reads_every_byte_and_asks_the_kernel_for_them() {
             eprintln!("SKIP the huge-page advice check: THP is {}", mode.trim());
         }
         let f = engine.open(&path).unwrap();
-        let mut buf = vec![0u8; 128 << 10];
-        let mut offset = 0;
-        while offset < size {
-            let n = f.read_at(&mut buf, offset).unwrap();
-            check_read("huge seq", &buf, n, offset, buf.len() as u64, size);
-            offset += n as u64;
-        }
+        read_forward_checked("huge seq", &f, size, 128 << 10);
+        let mut buf = vec![0u8; 16384];
         let mut rng = fastrand::Rng::with_seed(7);
         for _ in 0..500 {
             let (off, len) = (rng.u64(0..size), rng.u64(1..=16384));
@@ -810,13 +817,7 @@ fn auto_huge_pages_follow_the_probe_and_read_every_byte() {
         "{before:?}"
     );
     let f = engine.open(&path).unwrap();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut offset = 0;
-    while offset < size {
-        let n = f.read_at(&mut buf, offset).unwrap();
-        check_read("auto", &buf, n, offset, buf.len() as u64, size);
-        offset += n as u64;
-    }
+    read_forward_checked("auto", &f, size, 1 << 20);
     let c = engine.huge_pages();
     eprintln!("after reading 12 MiB: {c:?}");
     if !on_request {
