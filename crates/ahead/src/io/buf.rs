@@ -93,7 +93,7 @@ pub enum HugePages {
     /// engine touches one huge page and 2 MiB of small ones, keeps huge
     /// pages only if the huge one was clearly the cheaper, and times each
     /// later huge page as it is first needed, giving them up at the first
-    /// that costs more than the small ones did ([`Arena::reach`]). Where
+    /// that costs more than the small ones did (`Arena::reach`). Where
     /// they are dear, that costs one or two dear huge pages (2–5 ms here).
     #[default]
     Auto,

@@ -101,7 +101,7 @@ pub(crate) const CREDIT_WINDOW_SHARE: u64 = 4;
 /// with six, two alternated runs of 3 put its stride at 140–189 MB/s
 /// against 139–192 before, and eight interleaved readers at 209–214
 /// against 205–213.
-pub(crate) const FAR_CREDIT_ROUND_TRIPS: u64 = 6;
+pub const FAR_CREDIT_ROUND_TRIPS: u64 = 6;
 
 /// In a cache whose capacity the engine knows, a window on the kernel's
 /// floor holds at most this share of it (one sixteenth): what each of
