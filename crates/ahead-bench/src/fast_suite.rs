@@ -125,8 +125,13 @@ pub fn measure(
         for rep in 0..reps.max(1) {
             for (engine, runs) in [(&Engine::Kernel, &mut row.kernel), (&ahead, &mut row.ahead)] {
                 let m = workload::run(path, engine, &w)?;
+                let huge = match m.huge_pages {
+                    Some(h) if h.huge => ", cache in huge pages",
+                    Some(h) if h.probe_ns.is_some() => ", cache in small pages (probed)",
+                    _ => "",
+                };
                 progress(format!(
-                    "seq {} run {}: {:<7} {:>8.1} MB/s, CPU {}",
+                    "seq {} run {}: {:<7} {:>8.1} MB/s, CPU {}{huge}",
                     format_size(bs),
                     rep + 1,
                     engine.name(),
