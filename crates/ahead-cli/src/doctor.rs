@@ -82,6 +82,7 @@ struct Probes {
     fs: String,
     device: Option<features::Device>,
     limits: Vec<String>,
+    huge: features::HugePageSetting,
 }
 
 /// Runs `ahead doctor`.
@@ -151,6 +152,7 @@ fn probe(path: PathBuf) -> Result<Probes> {
         fs: features::filesystem(dir.as_fd()),
         device: features::device_of(meta.dev()),
         limits: features::cgroup_io_limits(),
+        huge: features::huge_pages(),
         path,
     })
 }
@@ -184,6 +186,8 @@ fn json_of(p: &Probes) -> Value {
             "rotational": d.rotational,
         })),
         "cgroup_io_limits": p.limits,
+        "transparent_huge_pages": p.huge.enabled,
+        "free_page_reporting_order": p.huge.reporting_order,
     })
 }
 
@@ -286,6 +290,24 @@ fn text_of(p: &Probes) -> String {
             "nothing limits this process's I/O"
         } else {
             "every figure measured here is capped by these limits"
+        },
+    );
+    let h = &p.huge;
+    let on_request = matches!(h.enabled.as_deref(), Some("always" | "madvise"));
+    line(
+        "huge pages",
+        format!(
+            "transparent huge pages {}; free page reporting {}",
+            h.enabled.as_deref().unwrap_or("absent"),
+            h.reporting_order.map_or("off".into(), |o| format!(
+                "on (free blocks of {} handed back to the host)",
+                ahead::units::format_size(4096u64 << o)
+            )),
+        ),
+        match (on_request, h.reporting_order) {
+            (false, _) => "the cache stays in 4 KiB pages",
+            (true, None) => "the cache's huge pages are decided at its first read (--huge-pages auto); they are likely to be kept",
+            (true, Some(_)) => "the cache's huge pages are decided at its first read (--huge-pages auto); here a huge page is often memory the host must supply again, and auto then keeps small pages",
         },
     );
     out.replace("\n                 → \n", "\n")

@@ -97,9 +97,19 @@ fn doctor_names_every_feature_and_what_tmpfs_lacks() {
         "filesystem",
         "device",
         "cgroup_io_limits",
+        "transparent_huge_pages",
+        "free_page_reporting_order",
     ] {
         assert!(v.get(k).is_some(), "{k} missing: {v}");
     }
+    // The setting the kernel shows, as sysfs has it.
+    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|s| {
+            let w = s.split_whitespace().find(|w| w.starts_with('['))?;
+            Some(w.trim_matches(|c| c == '[' || c == ']').to_owned())
+        });
+    assert_eq!(v["transparent_huge_pages"].as_str(), thp.as_deref(), "{v}");
     assert!(v["rwf_dontcache"]["available"].is_boolean());
     // Nothing is left behind in the directory probed.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -112,6 +122,7 @@ fn doctor_names_every_feature_and_what_tmpfs_lacks() {
         "RWF_DONTCACHE",
         "O_DIRECT",
         "cachestat",
+        "huge pages",
     ] {
         assert!(out.contains(line), "{out}");
     }

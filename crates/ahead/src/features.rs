@@ -211,6 +211,41 @@ pub struct Device {
     pub rotational: Option<bool>,
 }
 
+/// Transparent huge pages as the kernel offers them, and whether it hands
+/// free memory back to a host (a virtual machine's free page reporting),
+/// which makes a huge page's first touch dear (docs/bench.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HugePageSetting {
+    /// The bracketed word of `/sys/kernel/mm/transparent_hugepage/enabled`
+    /// (`always`, `madvise` or `never`); `None` without THP.
+    pub enabled: Option<String>,
+    /// The order of the free blocks reported to a host
+    /// (`/sys/module/page_reporting/parameters/page_reporting_order`), if
+    /// the kernel reports free pages and has reported some.
+    pub reporting_order: Option<u32>,
+}
+
+/// What [`HugePageSetting`] says of this machine.
+pub fn huge_pages() -> HugePageSetting {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let enabled = read("/sys/kernel/mm/transparent_hugepage/enabled").and_then(|s| {
+        s.split_whitespace()
+            .find(|w| w.starts_with('['))
+            .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_owned())
+    });
+    let reported = read("/sys/module/page_reporting/parameters/reported_kib")
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let reporting_order = (reported > 0)
+        .then(|| read("/sys/module/page_reporting/parameters/page_reporting_order"))
+        .flatten()
+        .and_then(|s| s.trim().parse().ok());
+    HugePageSetting {
+        enabled,
+        reporting_order,
+    }
+}
+
 /// The block device a file of device number `dev` lives on; `None` when
 /// it has none (tmpfs, NFS, FUSE) or sysfs does not say.
 pub fn device_of(dev: u64) -> Option<Device> {
