@@ -9,12 +9,16 @@ use std::ops::Range;
 /// A cache view backed by a vector of flags.
 pub struct VecCache {
     pub present: Vec<bool>,
+    /// What [`CacheView::device_cost`] answers (None: a device the engine
+    /// knows nothing of).
+    pub device: Option<super::DeviceCost>,
 }
 
 impl VecCache {
     pub fn new(pages: usize) -> VecCache {
         VecCache {
             present: vec![false; pages],
+            device: None,
         }
     }
 }
@@ -25,6 +29,9 @@ impl CacheView for VecCache {
     }
     fn is_present(&self, index: u64) -> bool {
         self.present.get(index as usize).copied().unwrap_or(false)
+    }
+    fn device_cost(&self) -> Option<super::DeviceCost> {
+        self.device
     }
 }
 

@@ -420,34 +420,13 @@ fn hints_wait_for_the_reads_to_bear_the_policy_out() {
     assert!(b.holds());
 }
 
-/// A cache view of a far store (or, with `device` None, of a disk).
-struct Far {
-    pages: VecCache,
-    device: Option<crate::ra::DeviceCost>,
-}
-
-impl CacheView for Far {
-    fn file_pages(&self) -> u64 {
-        self.pages.file_pages()
-    }
-    fn is_present(&self, index: u64) -> bool {
-        self.pages.is_present(index)
-    }
-    fn device_cost(&self) -> Option<crate::ra::DeviceCost> {
-        self.device
-    }
-}
-
 #[test]
 fn a_far_source_gets_a_credit_of_round_trips_that_never_shrinks() {
     let config = cfg(0);
     let mut b = Budget::new(&config);
     let base = b.credit_pages();
     let far = crate::ra::DeviceCost::object_store(4096, 64);
-    let mut v = Far {
-        pages: view(100_000),
-        device: None,
-    };
+    let mut v = view(100_000);
     let w = |start| Some(Window::forward(start, 8, 0));
     // A disk: the credit stays.
     b.admit(w(10), None, Request::new(0, 1), &v);
