@@ -156,8 +156,10 @@ type Record = (Option<(u64, u64)>, Option<u64>);
 /// Whether the kernel gives transparent huge pages to a mapping that asks
 /// (`enabled` is `always` or `madvise`).
 fn thp_on_request() -> bool {
-    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
+    matches!(
+        crate::features::huge_pages().enabled.as_deref(),
+        Some("always" | "madvise")
+    )
 }
 
 /// Writes a zero to each 4 KiB of `len` bytes at `p`, so that the kernel
