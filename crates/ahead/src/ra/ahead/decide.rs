@@ -16,7 +16,7 @@ use super::*;
 /// window raised to it: eight interleaved readers of an object then spent
 /// the file's speculation budget on the first of them, and the others
 /// waited a round trip more.)
-pub(super) fn latency_floor(view: &dyn CacheView) -> u64 {
+pub(crate) fn latency_floor(view: &dyn CacheView) -> u64 {
     match view.device_cost() {
         Some(c) if c.latency_pages > crate::ra::DEFAULT_MAX_PAGES => c.latency_pages,
         _ => 0,

@@ -89,6 +89,7 @@ mod tests;
 pub(crate) use stream::STRIDE_CONFIRMATIONS;
 pub(crate) use stride::{HINT_MAX_READ_THROUGH, MERGE_GAP};
 
+pub(crate) use decide::latency_floor;
 use dense::Dense;
 use stream::{Direction, Match, Stream};
 pub(crate) use stride::widest_gap_read_through;

@@ -300,12 +300,12 @@ impl Budget {
         if self.foreseen_out.is_some() {
             return;
         }
-        if let Some(c) = view.device_cost() {
-            if c.latency_pages > DEFAULT_MAX_PAGES {
-                let far = c.latency_pages.saturating_mul(FAR_CREDIT_ROUND_TRIPS);
-                self.credit = self.credit.max(far);
-            }
-        }
+        // A far source is one whose streams' windows are never cut below a
+        // round trip (0 for any other).
+        let round_trip = super::ahead::latency_floor(view);
+        self.credit = self
+            .credit
+            .max(round_trip.saturating_mul(FAR_CREDIT_ROUND_TRIPS));
     }
 
     /// `c` of the bound: [`CREDIT_PAGES`], or a share of the policy's
