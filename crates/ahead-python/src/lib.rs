@@ -224,6 +224,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &ahead::Stats) -> PyResult<Bound<'py, PyD
     d.set_item("readahead_used", s.readahead_used)?;
     d.set_item("readahead_wasted", s.readahead_wasted)?;
     d.set_item("evicted_before_use", s.evicted_before_use)?;
+    d.set_item("recycled", s.recycled)?;
     Ok(d)
 }
 

@@ -420,6 +420,50 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
                 true
             }
         })?;
+    evict(inner, hits, victim, page);
+    Some(victim)
+}
+
+/// The frame of page `index` of `file`, evicted for a scan's readahead if
+/// the page is up to date, was used, and is not pinned: a scan of a file
+/// larger than the cache recycles its own trail (see `Planner::ring`).
+/// `None` leaves the page as it is. Caller holds the lock.
+fn take_used(
+    inner: &mut Inner,
+    pins: &pins::Pins,
+    hits: &HitTable,
+    page: usize,
+    (file, index): (FileId, u64),
+) -> Option<u32> {
+    let Some(Slot::Ready {
+        frame,
+        unused_ra,
+        marker,
+        len,
+    }) = inner.files.get(&file)?.pages.get(index).copied()
+    else {
+        return None;
+    };
+    if unused_ra && !used_unseen(hits, (file, index), frame, marker, len, page) {
+        return None;
+    }
+    // As eviction does: the identity goes first, then the pins.
+    let word = hits.retract(frame);
+    if pins.is_pinned(frame) {
+        hits.restore(frame, word);
+        return None;
+    }
+    evict(inner, hits, frame, page);
+    let fp = inner.files.get_mut(&file).expect("owner file");
+    fp.stats.recycled += 1;
+    inner.totals.recycled += 1;
+    Some(frame)
+}
+
+/// Evicts the up-to-date page in `victim`, whose identity word the caller
+/// retracted after finding it unpinned: leaves a shadow, counts a page
+/// read ahead and never used as wasted. Caller holds the lock.
+fn evict(inner: &mut Inner, hits: &HitTable, victim: u32, page: usize) {
     let (file, index) = inner.owner[victim as usize]
         .take()
         .expect("victim has an owner");
@@ -463,7 +507,6 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
             }
         }
     }
-    Some(victim)
 }
 
 impl Inner {

@@ -21,9 +21,55 @@ pub(crate) struct Planner<'a> {
     pub(crate) plans: Vec<Plan>,
     /// What the file's source charges, where the engine knows it.
     pub(crate) device: Option<ra::DeviceCost>,
+    /// How far behind (or ahead, for a backward reader) a scan's readahead
+    /// recycles the pages its reader has used, in pages; 0 for none. Set
+    /// only for a file larger than the whole cache ([`Planner::ring_for`]).
+    pub(crate) ring: u64,
 }
 
 impl Planner<'_> {
+    /// The ring distance for a file of `file_pages` pages in a cache of
+    /// `frames` frames whose readahead windows reach `max_ra_pages`: none
+    /// unless the file is larger than the cache (it cannot be kept whole,
+    /// so a scan of it gains nothing by keeping its trail), else four of
+    /// the largest windows, at most half the cache.
+    ///
+    /// A scan's reader sits up to two windows behind the page being read
+    /// ahead (the window in flight and the one its marker starts), so the
+    /// page four windows back has been used and passed. PostgreSQL gives a
+    /// sequential scan of a table larger than a quarter of its buffers a
+    /// ring of its own for the same two reasons: the scan does not flush
+    /// what others keep, and it touches little memory (here: the cache's
+    /// pages are faulted in on first use, about a third of the CPU of a
+    /// cold 1 GiB read into a 256 MiB cache; docs/bench.md).
+    pub(crate) fn ring_for(file_pages: u64, frames: usize, max_ra_pages: u64) -> u64 {
+        let frames = frames as u64;
+        if file_pages <= frames {
+            return 0;
+        }
+        (4 * max_ra_pages).min(frames / 2)
+    }
+
+    /// For a speculative read of page `index`: the frame of the page
+    /// [`Planner::ring`] behind it (or ahead of it, for a backward scan),
+    /// if that page was used and is free to go.
+    fn recycle(&mut self, index: u64, speculative: bool) -> Option<u32> {
+        if !speculative || self.ring == 0 {
+            return None;
+        }
+        let behind = index.checked_sub(self.ring);
+        let ahead = Some(index + self.ring).filter(|&i| i < self.file_pages);
+        [behind, ahead].into_iter().flatten().find_map(|i| {
+            take_used(
+                self.inner,
+                &self.cache.pins,
+                &self.cache.hits,
+                self.cache.page,
+                (self.file, i),
+            )
+        })
+    }
+
     pub(super) fn fp(&self) -> &FilePages {
         &self.inner.files[&self.file]
     }
@@ -67,12 +113,14 @@ impl Planner<'_> {
                 complete = false;
                 break;
             }
-            let Some(frame) = take_frame(
-                self.inner,
-                &self.cache.pins,
-                &self.cache.hits,
-                self.cache.page,
-            ) else {
+            let Some(frame) = self.recycle(index, speculative).or_else(|| {
+                take_frame(
+                    self.inner,
+                    &self.cache.pins,
+                    &self.cache.hits,
+                    self.cache.page,
+                )
+            }) else {
                 complete = false;
                 break;
             };

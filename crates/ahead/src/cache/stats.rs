@@ -33,6 +33,10 @@ pub struct Stats {
     /// Demand misses on pages that had been read ahead and evicted unused:
     /// readahead thrashing.
     pub evicted_before_use: u64,
+    /// Pages a scan of a file larger than the cache used and then gave
+    /// back for its own readahead (the ring), rather than taking memory
+    /// not touched yet or another file's pages.
+    pub recycled: u64,
     /// Buffered mode: reads tried first with `preadv2(RWF_NOWAIT)`.
     pub nowait_probes: u64,
     /// Buffered mode: probes that served the whole read from the kernel's
@@ -64,7 +68,7 @@ impl Stats {
     }
 
     /// The counters as (name, value) pairs, for reports and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 21] {
+    pub fn fields(&self) -> [(&'static str, u64); 22] {
         [
             ("requests", self.requests),
             ("bytes", self.bytes),
@@ -79,6 +83,7 @@ impl Stats {
             ("readahead_used", self.readahead_used),
             ("readahead_wasted", self.readahead_wasted),
             ("evicted_before_use", self.evicted_before_use),
+            ("recycled", self.recycled),
             ("nowait_probes", self.nowait_probes),
             ("nowait_hits", self.nowait_hits),
             ("inline_bytes", self.inline_bytes),

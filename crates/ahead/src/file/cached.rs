@@ -84,6 +84,11 @@ impl File {
             request: request.index..request.end(),
             plans: Vec::new(),
             device: self.device_cost(),
+            ring: Planner::ring_for(
+                file_pages,
+                self.inner.engine.cache.frames(),
+                self.inner.engine.max_ra_pages,
+            ),
         }
     }
 
