@@ -848,60 +848,69 @@ fn auto_huge_pages_follow_the_probe_and_read_every_byte() {
 
 #[test]
 fn a_scan_of_a_file_larger_than_the_cache_recycles_its_trail_and_keeps_other_files() {
-    // A 16 MiB cache with 1 MiB windows: the ring is 4 MiB. A file of 4
-    // MiB read first stays cached while a 64 MiB file is scanned forward
-    // and then backward; the scans hold the ring and their windows, not
-    // the cache; a file that fits is kept whole and recycles nothing.
+    // A 32 MiB cache with 512 KiB windows: the ring is 2 MiB, and a scan
+    // keeps the first half of the cache's worth it reads. A file of 4 MiB
+    // read first stays cached while a 128 MiB file is scanned, forward in
+    // one engine and backward in another; each scan holds its first 16
+    // MiB, the ring and its windows, not the cache. A region of half the
+    // cache read once is kept to be read again, and a file that fits is
+    // kept whole.
     let dir = scratch();
     let kept = gen(dir.path(), "kept", 4 << 20);
-    let big_size = 64u64 << 20;
+    let big_size = 128u64 << 20;
     let big = gen(dir.path(), "big", big_size);
-    let fits_size = 12u64 << 20;
+    let fits_size = 24u64 << 20;
     let fits = gen(dir.path(), "fits", fits_size);
+    let bs = 64u64 << 10;
+    let blocks = big_size / bs;
     for backend in [BackendKind::Uring, BackendKind::Pool] {
         if backend == BackendKind::Uring && ahead::io::Uring::new(1).is_err() {
             eprintln!("SKIP io_uring: unavailable");
             continue;
         }
-        let engine = Engine::new(
-            EngineConfig::default()
-                .with_cache_bytes(16 << 20)
-                .with_max_readahead(1 << 20)
-                .with_backend(backend)
-                .with_huge_pages(ahead::io::HugePages::Off),
-        )
-        .unwrap();
-        let k = engine.open(&kept).unwrap();
-        read_forward_checked("kept", &k, 4 << 20, 64 << 10);
-        let b = engine.open(&big).unwrap();
-        // At most the kept file, the ring and the windows around the
-        // reader (two on each side, generously) while the scan runs.
-        let bound = (4u64 << 20) + (4 << 20) + (4 << 20);
-        let mut most = 0;
-        let mut buf = vec![0u8; 64 << 10];
-        let blocks = big_size / buf.len() as u64;
-        let order: Vec<u64> = (0..blocks).chain((0..blocks).rev()).collect();
-        for i in order {
-            let off = i * buf.len() as u64;
-            let n = b.read_at(&mut buf, off).unwrap();
-            check_read("big", &buf, n, off, buf.len() as u64, big_size);
-            most = most.max(engine.cached_bytes());
+        let config = EngineConfig::default()
+            .with_cache_bytes(32 << 20)
+            .with_max_readahead(512 << 10)
+            .with_backend(backend)
+            .with_huge_pages(ahead::io::HugePages::Off);
+        let forward: Vec<u64> = (0..blocks).collect();
+        let backward: Vec<u64> = (0..blocks).rev().collect();
+        for (way, order) in [("forward", forward), ("backward", backward)] {
+            let engine = Engine::new(config.clone()).unwrap();
+            let k = engine.open(&kept).unwrap();
+            read_forward_checked("kept", &k, 4 << 20, 64 << 10);
+            let b = engine.open(&big).unwrap();
+            // The kept file, half the cache, the ring and two windows each
+            // side of the reader: 26 MiB. Without the ring the scan fills
+            // the cache (32 MiB).
+            let bound = (4u64 << 20) + (16 << 20) + (2 << 20) + (4 << 20);
+            let mut most = 0;
+            let mut buf = vec![0u8; bs as usize];
+            for i in order {
+                let n = b.read_at(&mut buf, i * bs).unwrap();
+                check_read(way, &buf, n, i * bs, bs, big_size);
+                most = most.max(engine.cached_bytes());
+            }
+            let sb = b.stats();
+            assert!(
+                most <= bound,
+                "{backend:?} {way}: the scan held {most} bytes of the cache (bound {bound}); {sb:?}"
+            );
+            assert!(
+                sb.recycled > 0,
+                "{backend:?} {way}: nothing recycled: {sb:?}"
+            );
+            // Nothing of the kept file was evicted: read again, all hits.
+            let before = k.stats();
+            read_forward_checked("kept again", &k, 4 << 20, 64 << 10);
+            assert_eq!(
+                k.stats().device_bytes,
+                before.device_bytes,
+                "{backend:?} {way}: the kept file was read again from the device"
+            );
         }
-        let sb = b.stats();
-        assert!(
-            most <= bound,
-            "{backend:?}: the scans held {most} bytes of the cache (bound {bound}); {sb:?}"
-        );
-        assert!(sb.recycled > 0, "{backend:?}: nothing recycled: {sb:?}");
-        // Nothing of the kept file was evicted: read again, all hits.
-        let before = k.stats();
-        read_forward_checked("kept again", &k, 4 << 20, 64 << 10);
-        let after = k.stats();
-        assert_eq!(
-            after.device_bytes, before.device_bytes,
-            "{backend:?}: the kept file was read again from the device"
-        );
         // A file that fits is kept whole: a second read is all hits.
+        let engine = Engine::new(config.clone()).unwrap();
         let f = engine.open(&fits).unwrap();
         read_forward_checked("fits", &f, fits_size, 64 << 10);
         let first = f.stats();
@@ -911,6 +920,25 @@ fn a_scan_of_a_file_larger_than_the_cache_recycles_its_trail_and_keeps_other_fil
         assert_eq!(
             second.device_bytes, first.device_bytes,
             "{backend:?}: a file that fits was read twice from the device"
+        );
+        // A hot region of a large file, half the cache, read once and then
+        // at random: every read a hit.
+        let b = engine.open(&big).unwrap();
+        let region = 16u64 << 20;
+        read_forward_checked("region", &b, region, 64 << 10);
+        let warm = b.stats();
+        let mut rng = fastrand::Rng::with_seed(3);
+        let mut small = vec![0u8; 4096];
+        for _ in 0..2000 {
+            let off = rng.u64(0..region / 4096) * 4096;
+            let n = b.read_at(&mut small, off).unwrap();
+            check_read("region", &small, n, off, 4096, big_size);
+        }
+        assert_eq!(
+            b.stats().device_bytes,
+            warm.device_bytes,
+            "{backend:?}: the region read once was not kept: {:?}",
+            b.stats()
         );
     }
 }

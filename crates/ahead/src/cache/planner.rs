@@ -30,9 +30,8 @@ pub(crate) struct Planner<'a> {
 impl Planner<'_> {
     /// The ring distance for a file of `file_pages` pages in a cache of
     /// `frames` frames whose readahead windows reach `max_ra_pages`: none
-    /// unless the file is larger than the cache (it cannot be kept whole,
-    /// so a scan of it gains nothing by keeping its trail), else four of
-    /// the largest windows, at most half the cache.
+    /// unless the file is larger than the cache (it cannot be kept whole),
+    /// else four of the largest windows, at most a quarter of the cache.
     ///
     /// A scan's reader sits up to two windows behind the page being read
     /// ahead (the window in flight and the one its marker starts), so the
@@ -47,27 +46,49 @@ impl Planner<'_> {
         if file_pages <= frames {
             return 0;
         }
-        (4 * max_ra_pages).min(frames / 2)
+        (4 * max_ra_pages).min(frames / 4)
     }
 
-    /// For a speculative read of page `index`: the frame of the page
+    /// For a speculative read of page `index`: the frame of page `j`,
     /// [`Planner::ring`] behind it (or ahead of it, for a backward scan),
-    /// if that page was used and is free to go.
+    /// if that page was used and is free to go, and the scan had already
+    /// read half the cache's worth before `j`: the page half the cache
+    /// behind `j` (ahead of it) was read, and is cached or was evicted.
+    ///
+    /// So a scan keeps the first half cache it reads, as any read is kept,
+    /// and only what it reads beyond that goes round the ring. A region
+    /// read once to be read again (the hot part of a large file) stays if
+    /// it fits in half the cache, readahead past its end included; and a
+    /// scan never pushes out more than half the cache, as the kernel's
+    /// pages used once stay on its inactive list and leave the active
+    /// one alone.
     fn recycle(&mut self, index: u64, speculative: bool) -> Option<u32> {
         if !speculative || self.ring == 0 {
             return None;
         }
-        let behind = index.checked_sub(self.ring);
-        let ahead = Some(index + self.ring).filter(|&i| i < self.file_pages);
-        [behind, ahead].into_iter().flatten().find_map(|i| {
+        let half = self.cache.frames() as u64 / 2;
+        let behind = index
+            .checked_sub(self.ring)
+            .filter(|&j| j.checked_sub(half).is_some_and(|i| self.was_read(i)));
+        let ahead = Some(index + self.ring)
+            .filter(|&j| j + half < self.file_pages && self.was_read(j + half));
+        [behind, ahead].into_iter().flatten().find_map(|j| {
             take_used(
                 self.inner,
                 &self.cache.pins,
                 &self.cache.hits,
                 self.cache.page,
-                (self.file, i),
+                (self.file, j),
             )
         })
+    }
+
+    /// Whether page `index` is cached or was evicted (a shadow remains).
+    fn was_read(&self, index: u64) -> bool {
+        matches!(
+            self.slot(index),
+            Some(Slot::Ready { .. } | Slot::Shadow { .. })
+        )
     }
 
     pub(super) fn fp(&self) -> &FilePages {
