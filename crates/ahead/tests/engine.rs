@@ -715,6 +715,7 @@ fn the_engine_learns_its_devices_costs_from_a_files_reads() {
     for mb in 32..32 + 64 * scale {
         f.read_at(&mut big, mb << 20).unwrap();
     }
+    eprintln!("DEBUG {:?}", f.stats());
     let c = engine.device_cost().expect("learned after all three");
     eprintln!("learned: {c:?}");
     assert!(
@@ -880,10 +881,22 @@ fn a_scan_of_a_file_larger_than_the_cache_recycles_its_trail_and_keeps_other_fil
             let k = engine.open(&kept).unwrap();
             read_forward_checked("kept", &k, 4 << 20, 64 << 10);
             let b = engine.open(&big).unwrap();
-            // The kept file, half the cache, the ring and two windows each
-            // side of the reader: 26 MiB. Without the ring the scan fills
-            // the cache (32 MiB).
-            let bound = (4u64 << 20) + (16 << 20) + (2 << 20) + (4 << 20);
+            // A random reader's pages of the same file, read on demand:
+            // the scan passes them and leaves them.
+            b.advise(0, u64::MAX, Advice::Random);
+            let mut page = vec![0u8; 4096];
+            let randoms: Vec<u64> = (0..64)
+                .map(|k| (k * 7919 + 13) % (big_size / 4096))
+                .collect();
+            for &p in &randoms {
+                let n = b.read_at(&mut page, p * 4096).unwrap();
+                check_read("random", &page, n, p * 4096, 4096, big_size);
+            }
+            b.advise(0, u64::MAX, Advice::Normal);
+            // The kept file, the random pages, half the cache, the ring
+            // and two windows each side of the reader: 26.25 MiB. Without
+            // the ring the scan fills the cache (32 MiB).
+            let bound = (4u64 << 20) + (64 << 12) + (16 << 20) + (2 << 20) + (4 << 20);
             let mut most = 0;
             let mut buf = vec![0u8; bs as usize];
             for i in order {
@@ -907,6 +920,16 @@ fn a_scan_of_a_file_larger_than_the_cache_recycles_its_trail_and_keeps_other_fil
                 k.stats().device_bytes,
                 before.device_bytes,
                 "{backend:?} {way}: the kept file was read again from the device"
+            );
+            let before = b.stats();
+            for &p in &randoms {
+                let n = b.read_at(&mut page, p * 4096).unwrap();
+                check_read("random again", &page, n, p * 4096, 4096, big_size);
+            }
+            assert_eq!(
+                b.stats().device_bytes,
+                before.device_bytes,
+                "{backend:?} {way}: the random reader's pages were taken by the scan"
             );
         }
         // A file that fits is kept whole: a second read is all hits.

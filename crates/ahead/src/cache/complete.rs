@@ -118,6 +118,7 @@ fn landed(
                         len: valid as u32,
                         marker,
                         unused_ra: speculative,
+                        read_ahead: speculative,
                     },
                 );
                 eviction.insert(frame);

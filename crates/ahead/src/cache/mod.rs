@@ -76,6 +76,9 @@ pub(crate) enum Slot {
         marker: bool,
         /// Read ahead and not yet used by any reader.
         unused_ra: bool,
+        /// Read ahead (a window's page), not on demand: what a scan's
+        /// ring may recycle once used.
+        read_ahead: bool,
     },
     /// The read failed with this OS error; the next reader retries.
     Failed { errno: i32 },
@@ -285,6 +288,7 @@ impl PageCache {
                 unused_ra,
                 marker,
                 len,
+                ..
             } => {
                 if unused_ra {
                     // Used through the hit path, not yet counted: a use.
@@ -425,7 +429,8 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
 }
 
 /// The frame of page `index` of `file`, evicted for a scan's readahead if
-/// the page is up to date, was used, and is not pinned: a scan of a file
+/// the page is up to date, was read ahead and then used, and is not
+/// pinned: a scan of a file
 /// larger than the cache recycles its own trail (see `Planner::ring`).
 /// `None` leaves the page as it is. Caller holds the lock.
 fn take_used(
@@ -440,8 +445,11 @@ fn take_used(
         unused_ra,
         marker,
         len,
+        read_ahead: true,
     }) = inner.files.get(&file)?.pages.get(index).copied()
     else {
+        // Not cached, or read on demand: a random reader's page, which a
+        // scan passing by does not take.
         return None;
     };
     if unused_ra && !used_unseen(hits, (file, index), frame, marker, len, page) {

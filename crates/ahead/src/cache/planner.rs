@@ -30,8 +30,9 @@ pub(crate) struct Planner<'a> {
 impl Planner<'_> {
     /// The ring distance for a file of `file_pages` pages in a cache of
     /// `frames` frames whose readahead windows reach `max_ra_pages`: none
-    /// unless the file is larger than the cache (it cannot be kept whole),
-    /// else four of the largest windows, at most a quarter of the cache.
+    /// unless the file is larger than the cache (it cannot be kept whole)
+    /// and the cache holds sixteen of the largest windows, else four of
+    /// them: a quarter of the cache at most.
     ///
     /// A scan's reader sits up to two windows behind the page being read
     /// ahead (the window in flight and the one its marker starts), so the
@@ -43,10 +44,13 @@ impl Planner<'_> {
     /// cold 1 GiB read into a 256 MiB cache; docs/bench.md).
     pub(crate) fn ring_for(file_pages: u64, frames: usize, max_ra_pages: u64) -> u64 {
         let frames = frames as u64;
-        if file_pages <= frames {
+        let ring = 4 * max_ra_pages.max(1);
+        if file_pages <= frames || ring > frames / 4 {
+            // A shorter ring would reach the pages the reader is on: it
+            // would take them or not as its uses happened to be counted.
             return 0;
         }
-        (4 * max_ra_pages).min(frames / 4)
+        ring
     }
 
     /// For a speculative read of page `index`: the frame of page `j`,
@@ -333,6 +337,7 @@ pub(crate) fn collect(
                 len,
                 unused_ra,
                 marker,
+                ..
             }) => {
                 let was_demand = demand.iter().any(|&(s, n)| i >= s && i < s + n);
                 if *unused_ra {
