@@ -430,9 +430,9 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
 
 /// The frame of page `index` of `file`, evicted for a scan's readahead if
 /// the page is up to date, was read ahead and then used, and is not
-/// pinned: a scan of a file
-/// larger than the cache recycles its own trail (see `Planner::ring`).
-/// `None` leaves the page as it is. Caller holds the lock.
+/// pinned: a scan of a file larger than the cache recycles its own trail
+/// (see `Planner::ring`). `None` leaves the page as it is. Caller holds
+/// the lock.
 fn take_used(
     inner: &mut Inner,
     pins: &pins::Pins,

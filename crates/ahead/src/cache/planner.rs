@@ -55,7 +55,8 @@ impl Planner<'_> {
 
     /// For a speculative read of page `index`: the frame of page `j`,
     /// [`Planner::ring`] behind it (or ahead of it, for a backward scan),
-    /// if that page was used and is free to go, and the scan had already
+    /// if that page was read ahead and then used and is free to go
+    /// (`take_used`), and the scan had already
     /// read half the cache's worth before `j`: the page half the cache
     /// behind `j` (ahead of it) was read, and is cached or was evicted.
     ///
