@@ -2,7 +2,8 @@
 //! (waiters sleep on the condvar) → up to date → evicted (a shadow) or
 //! dropped (an orphan while pinned), with the real pin protocol of
 //! [`super::pins`]. Readers, a dropper and eviction run in every
-//! interleaving shuttle's random and PCT schedulers pick, and check:
+//! interleaving shuttle's random and PCT schedulers pick (eviction also
+//! while frames are free, as a scan's ring recycles), and check:
 //!
 //! * one read in flight per page;
 //! * a frame is written only while no one has it pinned;
@@ -113,11 +114,25 @@ impl Model {
         }
     }
 
-    /// A free frame, or an up-to-date unpinned one evicted (as `take_frame`).
-    fn take_frame(&self, s: &mut State) -> Option<u32> {
-        if let Some(f) = s.free.pop() {
-            return Some(f);
+    /// A free frame, or an up-to-date unpinned one evicted (as
+    /// `take_frame`); with `recycle`, an up-to-date one first and a free
+    /// one only if none can go, as a scan's ring takes its own trail while
+    /// frames are still free (`take_used`).
+    fn take_frame(&self, s: &mut State, recycle: bool) -> Option<u32> {
+        if !recycle {
+            if let Some(f) = s.free.pop() {
+                return Some(f);
+            }
         }
+        match self.evict(s) {
+            Some(f) => Some(f),
+            None if recycle => s.free.pop(),
+            None => None,
+        }
+    }
+
+    /// An up-to-date unpinned frame evicted, its page left a shadow.
+    fn evict(&self, s: &mut State) -> Option<u32> {
         let victim = (0..s.owner.len() as u32).find(|&f| {
             if !s.owner[f as usize].is_some_and(|p| s.pages.get(&p) == Some(&Page::Ready(f))) {
                 return false;
@@ -164,7 +179,8 @@ impl Model {
                     let _s = self.changed.wait(s).unwrap();
                 }
                 None | Some(Page::Shadow) => {
-                    let Some(frame) = self.take_frame(&mut s) else {
+                    // Odd pages are read as a ring's readahead would be.
+                    let Some(frame) = self.take_frame(&mut s, page % 2 == 1) else {
                         // Every frame pinned: plain unpins do not signal,
                         // so look again later (the engine's FRAME_RETRY).
                         drop(s);
