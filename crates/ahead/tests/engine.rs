@@ -715,7 +715,6 @@ fn the_engine_learns_its_devices_costs_from_a_files_reads() {
     for mb in 32..32 + 64 * scale {
         f.read_at(&mut big, mb << 20).unwrap();
     }
-    eprintln!("DEBUG {:?}", f.stats());
     let c = engine.device_cost().expect("learned after all three");
     eprintln!("learned: {c:?}");
     assert!(
