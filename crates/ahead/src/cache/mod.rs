@@ -413,16 +413,7 @@ fn take_frame(inner: &mut Inner, pins: &pins::Pins, hits: &HitTable, page: usize
             if owner[f as usize].is_none() {
                 return false;
             }
-            // The identity goes first, then the pins are looked at: a reader
-            // of the hit path pins first, then checks the identity, so one of
-            // the two sees the other (see `pins`).
-            let word = hits.retract(f);
-            if pins.is_pinned(f) {
-                hits.restore(f, word);
-                false
-            } else {
-                true
-            }
+            unpinned_for_eviction(hits, pins, f)
         })?;
     evict(inner, hits, victim, page);
     Some(victim)
@@ -455,10 +446,7 @@ fn take_used(
     if unused_ra && !used_unseen(hits, (file, index), frame, marker, len, page) {
         return None;
     }
-    // As eviction does: the identity goes first, then the pins.
-    let word = hits.retract(frame);
-    if pins.is_pinned(frame) {
-        hits.restore(frame, word);
+    if !unpinned_for_eviction(hits, pins, frame) {
         return None;
     }
     evict(inner, hits, frame, page);
@@ -466,6 +454,21 @@ fn take_used(
     fp.stats.recycled += 1;
     inner.totals.recycled += 1;
     Some(frame)
+}
+
+/// Whether `frame` may be evicted: its identity word is retracted first,
+/// then its pins are looked at (a reader of the hit path pins first, then
+/// checks the identity, so one of the two sees the other; see `pins`). A
+/// pinned frame gets its word back and keeps its page. Caller holds the
+/// lock.
+fn unpinned_for_eviction(hits: &HitTable, pins: &pins::Pins, frame: u32) -> bool {
+    let word = hits.retract(frame);
+    if pins.is_pinned(frame) {
+        hits.restore(frame, word);
+        false
+    } else {
+        true
+    }
 }
 
 /// Evicts the up-to-date page in `victim`, whose identity word the caller
