@@ -162,5 +162,5 @@ pub use cache::{EvictionKind, Stats};
 pub use error::{Error, ParseError, Result};
 pub use file::{
     block_on, Advice, Engine, EngineConfig, File, Mode, OpenOptions, Pages, ReadAt, ReadOwned,
-    Reader, Refreshed,
+    ReadaheadTuning, Reader, Refreshed, TuneSample,
 };

@@ -964,3 +964,89 @@ fn a_scan_of_a_file_larger_than_the_cache_recycles_its_trail_and_keeps_other_fil
         );
     }
 }
+
+#[test]
+fn the_window_grows_where_reads_in_flight_pay_and_stays_for_a_reader_slower_than_the_device() {
+    // The tuner on a real engine and file. A device that takes 2 ms over
+    // any read and serves 32 at once (the pool's threads, each delayed;
+    // a 2 MiB window is 16 reads of 128 KiB):
+    // twice the window keeps twice the reads in flight and reads twice as
+    // fast, so each doubling is kept up to the ceiling (a sixteenth of the
+    // 32 MiB cache: 2 MiB, eight times the 256 KiB start). The same file
+    // on the device as it is, read by a program slower than the device:
+    // its reads never wait for readahead, and no doubling is tried.
+    use ahead::io::fault::{Fault, FaultKind, FaultPath, Rule};
+    let dir = scratch();
+    let size = 320u64 << 20;
+    let path = gen(dir.path(), "f", size);
+    let config = EngineConfig::default()
+        .with_cache_bytes(32 << 20)
+        .with_max_readahead(256 << 10)
+        .with_readahead_tuning(true)
+        .with_max_io(128 << 10)
+        .with_backend(BackendKind::Pool)
+        .with_depth(64)
+        .with_huge_pages(ahead::io::HugePages::Off);
+
+    let fault = Fault::new(ahead::io::new_backend(BackendKind::Pool, 64).unwrap(), 7);
+    fault.add(Rule {
+        range: 0..u64::MAX,
+        kind: FaultKind::Delay(std::time::Duration::from_millis(2)),
+        path: FaultPath::Backend,
+        probability: 1.0,
+        times: None,
+    });
+    let engine = Engine::with_backend(config.clone(), fault).unwrap();
+    let f = engine.open(&path).unwrap();
+    read_forward_checked("in flight", &f, size, 64 << 10);
+    let t = engine.readahead_tuning().expect("tuned");
+    let windows: Vec<(u64, bool)> = t.steps.iter().map(|s| (s.window >> 10, s.kept)).collect();
+    assert_eq!(
+        windows,
+        [
+            (256, true),
+            (256, true),
+            (512, true),
+            (1024, true),
+            (2048, true)
+        ],
+        "{t:?}"
+    );
+    assert!(
+        t.settled && t.window == 2 << 20 && t.ceiling == 2 << 20,
+        "{t:?}"
+    );
+    assert_eq!(engine.readahead_window(), 2 << 20);
+    assert!(
+        t.steps[2..]
+            .iter()
+            .all(|s| s.bytes_per_sec > 1.1 * s.against),
+        "{t:?}"
+    );
+
+    // 64 KiB every 0.6 ms (109 MB/s), kept to the clock: a late read
+    // (the machine busy with other tests) is made up by the next.
+    let engine = Engine::new(config).unwrap();
+    let f = engine.open(&path).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let began = std::time::Instant::now();
+    let mut offset = 0;
+    for k in 1.. {
+        if offset >= 128 << 20 {
+            break;
+        }
+        let n = f.read_at(&mut buf, offset).unwrap();
+        check_read("slow reader", &buf, n, offset, 64 << 10, size);
+        offset += n as u64;
+        let due = std::time::Duration::from_micros(600 * k);
+        if let Some(wait) = due.checked_sub(began.elapsed()) {
+            std::thread::sleep(wait);
+        }
+    }
+    let t = engine.readahead_tuning().expect("tuned");
+    let windows: Vec<(u64, bool)> = t.steps.iter().map(|s| (s.window >> 10, s.kept)).collect();
+    // It never waited for readahead: no doubling was tried.
+    assert_eq!(windows, [(256, true), (256, true)], "{t:?}");
+    assert!(t.steps.iter().all(|s| s.late < 0.5), "{t:?}");
+    assert!(t.settled && t.window == 256 << 10, "{t:?}");
+}

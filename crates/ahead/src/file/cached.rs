@@ -87,6 +87,7 @@ impl File {
             ring: Planner::ring_for(
                 file_pages,
                 self.inner.engine.cache.frames(),
+                self.inner.engine.ra_window(),
                 self.inner.engine.max_ra_pages,
             ),
         }
@@ -106,8 +107,11 @@ impl File {
             policy.feedback(f);
         }
         self.replay_hits(policy.as_mut(), &mut g);
+        let max = shared.ra_window();
+        if policy.max_pages() != max && self.inner.learns {
+            policy.set_max_pages(max);
+        }
         let mut planner = self.planner(&mut g, file_pages, req);
-        let max = shared.max_ra_pages;
         match advice {
             Advice::Random => {
                 // Exactly the request, in one read per run of missing pages.
@@ -149,11 +153,12 @@ impl File {
             let op = self.op_for(&plan, page);
             let engine = shared.clone();
             let learn = self.inner.learns.then(|| engine.submitted());
+            let speculative = plan.speculative;
             self.inner.backend.submit(
                 op,
                 Box::new(move |_op, result| {
                     if let Some(at) = learn {
-                        engine.completed(at, &result);
+                        engine.completed(at, &result, speculative);
                     }
                     engine.cache.complete(&plan, result)
                 }),
@@ -164,7 +169,7 @@ impl File {
             let learn = self.inner.learns.then(|| shared.submitted());
             let result = self.inner.backend.read_now(&mut op);
             if let Some(at) = learn {
-                shared.completed(at, &result);
+                shared.completed(at, &result, plan.speculative);
             }
             shared.cache.complete(&plan, result);
         }

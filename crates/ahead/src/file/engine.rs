@@ -41,6 +41,9 @@ pub const OBJECT_MAX_READAHEAD: u64 = 64 << 20;
 /// is 16 requests and each is well past the size where its first byte's
 /// latency dominates (30 ms is 2.7 MB at 90 MB/s).
 pub const OBJECT_MAX_IO: u64 = 4 << 20;
+/// The largest window the tuner tries ([`EngineConfig::readahead_tuning`]):
+/// 64 MiB, sixteen times the default.
+pub const TUNE_MAX_READAHEAD: u64 = 64 << 20;
 /// How long a reader that finds no free frame waits before it looks again
 /// (pins are dropped without signalling).
 pub(super) const FRAME_RETRY: Duration = Duration::from_millis(1);
@@ -57,8 +60,22 @@ pub struct EngineConfig {
     pub page_size: u64,
     /// The readahead policy of every file.
     pub policy: PolicyKind,
-    /// Largest readahead window, in bytes.
+    /// Largest readahead window, in bytes; with
+    /// [`EngineConfig::readahead_tuning`], the window the engine starts
+    /// with.
     pub max_readahead: u64,
+    /// Let Direct files' readahead windows grow past `max_readahead` while
+    /// readers wait for readahead and doubling the window does not make it
+    /// slower, up to a sixteenth of the budget and what the reads in
+    /// flight carry ([`crate::ra::learn::WindowTuner`];
+    /// [`Engine::readahead_tuning`] says what it chose). Off by default:
+    /// on this host's disk larger windows cost CPU (the pages wait longer
+    /// between their read and their copy, and are copied from memory
+    /// rather than the CPU's caches), and a tuned engine's cold 128 KiB
+    /// reads took 1.24–1.36× the CPU of the default's for a throughput
+    /// within noise of it (docs/bench.md). `ahead doctor FILE` shows what
+    /// the tuner chooses on a device.
+    pub readahead_tuning: bool,
     /// Largest single device read, in bytes.
     pub max_io: u64,
     /// Which backend.
@@ -127,9 +144,16 @@ impl EngineConfig {
         self.policy = v;
         self
     }
-    /// Sets the largest readahead window in bytes.
+    /// Sets the largest readahead window in bytes (the first, if it is
+    /// tuned).
     pub fn with_max_readahead(mut self, v: u64) -> EngineConfig {
         self.max_readahead = v;
+        self
+    }
+    /// Sets whether Direct files' windows may grow past `max_readahead`
+    /// ([`EngineConfig::readahead_tuning`]).
+    pub fn with_readahead_tuning(mut self, v: bool) -> EngineConfig {
+        self.readahead_tuning = v;
         self
     }
     /// Sets the largest device read in bytes.
@@ -197,6 +221,7 @@ impl Default for EngineConfig {
             page_size: crate::units::PageSize::default().bytes(),
             policy: PolicyKind::Ahead,
             max_readahead: DEFAULT_MAX_READAHEAD,
+            readahead_tuning: false,
             max_io: DEFAULT_MAX_IO,
             backend: BackendKind::Auto,
             buffered_backend: BackendKind::Pool,
@@ -301,7 +326,14 @@ pub(super) struct Shared {
     /// The next file's id: 64 bits never wrap (2^64 opens), so a live
     /// file's id is never handed to another file.
     pub(super) next_id: AtomicU64,
+    /// The window the engine started with, in pages: the demand
+    /// reserve, Buffered files' hints, and the largest piece of a read.
     pub(super) max_ra_pages: u64,
+    /// Direct files' largest window now, in pages: `max_ra_pages` unless
+    /// the tuner grew it.
+    pub(super) ra_window: AtomicU64,
+    /// The tuner of `ra_window` (`None`: not tuned).
+    pub(super) tuner: Option<std::sync::Mutex<ra::learn::WindowTuner>>,
     pub(super) max_io_pages: usize,
     /// The thread that issues Buffered files' kernel hints (started on first
     /// use; `None` inside if it could not be started: no hints then).
@@ -343,14 +375,69 @@ impl Shared {
     }
 
     /// The read submitted `at` (what [`Shared::submitted`] returned)
-    /// completed with `result`.
-    pub(super) fn completed(&self, at: (u64, u64), result: &io::Result<usize>) {
+    /// completed with `result`; `speculative`: it was readahead, which
+    /// the window tuner times.
+    pub(super) fn completed(&self, at: (u64, u64), result: &io::Result<usize>, speculative: bool) {
         let now = self.now_ns();
         let bytes = result.as_ref().map_or(0, |&n| n as u64);
         if let Ok(mut l) = self.learner.lock() {
             l.completed(at.0, at.1, now, bytes);
         }
+        if let (true, Some(t)) = (speculative, &self.tuner) {
+            let counts = || {
+                let g = self.cache.lock();
+                (g.totals.late, g.totals.evicted_before_use)
+            };
+            if let Some(w) = t
+                .lock()
+                .ok()
+                .and_then(|mut t| t.completed(now, bytes, counts))
+            {
+                self.ra_window.store(w, Ordering::Relaxed);
+            }
+        }
     }
+
+    /// Direct files' largest readahead window now, in pages.
+    pub(super) fn ra_window(&self) -> u64 {
+        self.ra_window.load(Ordering::Relaxed)
+    }
+}
+
+/// What the window tuner chose ([`Engine::readahead_tuning`]).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ReadaheadTuning {
+    /// The largest window now, in bytes.
+    pub window: u64,
+    /// The window the engine started with, in bytes.
+    pub start: u64,
+    /// The largest it may try, in bytes.
+    pub ceiling: u64,
+    /// Whether it has stopped trying larger windows.
+    pub settled: bool,
+    /// Its samples of the start window, and its doublings, in order.
+    pub steps: Vec<TuneSample>,
+}
+
+/// One of [`ReadaheadTuning::steps`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct TuneSample {
+    /// The window, in bytes.
+    pub window: u64,
+    /// Bytes of readahead per second it read.
+    pub bytes_per_sec: f64,
+    /// For a doubling, the rate it was held to: the better of the window
+    /// before it, measured just before and just after it. 0 for the start
+    /// window's own samples.
+    pub against: f64,
+    /// How often per window a reader waited for pages readahead had asked
+    /// for (a window too small for the time its reads take waits about
+    /// once a window).
+    pub late: f64,
+    /// Whether it was kept.
+    pub kept: bool,
 }
 
 /// Owns the cache and the backend; opens files. Cheap to clone.
@@ -398,12 +485,24 @@ impl Engine {
             ),
             None => None,
         };
+        // The tuner's ceiling: a sixteenth of the cache (two windows in
+        // flight are an eighth of it, and a scan's ring stays within a
+        // quarter, `Planner::ring_for`), what the reads in flight can
+        // carry, and 64 MiB.
+        let ceiling = (frames / 16)
+            .min(config.depth as u64 * max_io_pages as u64)
+            .min(TUNE_MAX_READAHEAD / page);
+        let tuner = (config.readahead_tuning && ceiling >= 2 * max_ra_pages).then(|| {
+            std::sync::Mutex::new(ra::learn::WindowTuner::new(page, max_ra_pages, ceiling))
+        });
         Ok(Engine {
             shared: Arc::new(Shared {
                 cache,
                 backend,
                 next_id: AtomicU64::new(0),
                 max_ra_pages,
+                ra_window: AtomicU64::new(max_ra_pages),
+                tuner,
                 max_io_pages,
                 hinter: OnceLock::new(),
                 buffered_backend: OnceLock::new(),
@@ -511,6 +610,38 @@ impl Engine {
     /// figures still moved 2–3× between runs (docs/never-worse.md).
     pub fn device_cost(&self) -> Option<ra::DeviceCost> {
         self.shared.learned_cost()
+    }
+
+    /// Direct files' largest readahead window now, in bytes: the
+    /// configured one unless the tuner grew it
+    /// ([`EngineConfig::readahead_tuning`]).
+    pub fn readahead_window(&self) -> u64 {
+        self.shared.ra_window() * self.shared.config.page_size
+    }
+
+    /// What the window tuner measured and chose so far; `None` when the
+    /// window is not tuned (a window was set, or the budget holds no
+    /// larger one).
+    pub fn readahead_tuning(&self) -> Option<ReadaheadTuning> {
+        let t = self.shared.tuner.as_ref()?.lock().ok()?;
+        let page = self.shared.config.page_size;
+        Some(ReadaheadTuning {
+            window: t.window() * page,
+            start: self.shared.max_ra_pages * page,
+            ceiling: t.ceiling() * page,
+            settled: t.settled(),
+            steps: t
+                .steps()
+                .iter()
+                .map(|s| TuneSample {
+                    window: s.window_pages * page,
+                    bytes_per_sec: s.bytes_per_sec,
+                    against: s.against,
+                    late: s.late,
+                    kept: s.kept,
+                })
+                .collect(),
+        })
     }
 
     /// Counters summed over every file. A page read ahead whose first

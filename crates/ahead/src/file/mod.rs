@@ -43,7 +43,7 @@ mod reader;
 pub use advice::Advice;
 use advice::{advice_at, set_advice};
 use cached::{copy_out, lend};
-pub use engine::{Engine, EngineConfig, OpenOptions};
+pub use engine::{Engine, EngineConfig, OpenOptions, ReadaheadTuning, TuneSample};
 use engine::{Shared, FRAME_RETRY};
 pub use future::{block_on, ReadAt, ReadOwned};
 use hits::{hit_queues, Served, HIT_MAX_PAGES};

@@ -148,6 +148,9 @@ impl Policy for Legacy {
     fn max_pages(&self) -> u64 {
         self.max
     }
+    fn set_max_pages(&mut self, pages: u64) {
+        self.max = pages.clamp(1, crate::ra::MAX_WINDOW_PAGES);
+    }
 
     fn calls(&self) -> Calls {
         Calls::EveryRequest

@@ -378,6 +378,11 @@ pub trait Policy: Send {
     fn name(&self) -> &'static str;
     /// The maximum window in pages.
     fn max_pages(&self) -> u64;
+    /// The engine changed the maximum window (its tuner found the device
+    /// reads faster with larger windows, [`learn::WindowTuner`]): windows
+    /// decided from now on reach `pages`, streams ramping to it as before.
+    /// Policies without a maximum ignore it.
+    fn set_max_pages(&mut self, _pages: u64) {}
     /// When [`drive`] calls [`Policy::decide`].
     fn calls(&self) -> Calls {
         Calls::OnDemand

@@ -181,6 +181,9 @@ impl Policy for OnDemand {
     fn max_pages(&self) -> u64 {
         self.max
     }
+    fn set_max_pages(&mut self, pages: u64) {
+        self.max = pages.clamp(1, crate::ra::MAX_WINDOW_PAGES);
+    }
 
     fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window> {
         if req.count == 0 {

@@ -264,6 +264,9 @@ impl Policy for StreamTable {
     fn max_pages(&self) -> u64 {
         self.max
     }
+    fn set_max_pages(&mut self, pages: u64) {
+        self.max = pages.clamp(1, crate::ra::MAX_WINDOW_PAGES);
+    }
 
     fn begin(&mut self, req: Request) {
         self.clock += 1;

@@ -60,6 +60,12 @@ impl<P: Policy> Policy for Budgeted<P> {
     fn max_pages(&self) -> u64 {
         self.inner.max_pages()
     }
+    fn set_max_pages(&mut self, pages: u64) {
+        self.inner.set_max_pages(pages);
+        if let Some(k) = &mut self.kernel {
+            k.set_max_pages(pages);
+        }
+    }
     fn calls(&self) -> crate::ra::Calls {
         self.inner.calls()
     }
