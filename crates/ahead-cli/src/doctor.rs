@@ -83,6 +83,49 @@ struct Probes {
     device: Option<features::Device>,
     limits: Vec<String>,
     huge: features::HugePageSetting,
+    /// The readahead window the engine chose reading the file, or why it
+    /// was not tried.
+    window: std::result::Result<(u64, ahead::ReadaheadTuning), String>,
+}
+
+/// The least file `ahead doctor` reads to choose a window: a few samples
+/// of the tuner at each size ([`ahead::ra::learn::WindowTuner`]).
+const WINDOW_PROBE_MIN: u64 = 64 << 20;
+/// The most it reads: enough for the tuner to reach 16 MiB windows and
+/// settle at the defaults (about 700 MiB: each doubling is measured
+/// between two samples of the window before it).
+const WINDOW_PROBE_MAX: u64 = 1 << 30;
+
+/// Reads up to [`WINDOW_PROBE_MAX`] of `file` forward through an engine
+/// with the defaults and the window tuned (Direct mode) and returns the
+/// bytes read and what the tuner chose.
+fn window_probe(
+    path: &std::path::Path,
+    size: u64,
+) -> std::result::Result<(u64, ahead::ReadaheadTuning), String> {
+    if size < WINDOW_PROBE_MIN {
+        return Err(format!(
+            "not tried: give a file of at least {} (this one is {}); the engine chooses its window by reading one",
+            ahead::units::format_size(WINDOW_PROBE_MIN),
+            ahead::units::format_size(size)
+        ));
+    }
+    let config = ahead::EngineConfig::default().with_readahead_tuning(true);
+    let engine = ahead::Engine::new(config).map_err(|e| e.to_string())?;
+    let file = engine.open(path).map_err(|e| e.to_string())?;
+    let want = size.min(WINDOW_PROBE_MAX);
+    let mut buf = vec![0u8; 128 << 10];
+    let mut at = 0;
+    while at < want {
+        match file.read_at(&mut buf, at).map_err(|e| e.to_string())? {
+            0 => break,
+            n => at += n as u64,
+        }
+    }
+    let tuning = engine
+        .readahead_tuning()
+        .ok_or("not tuned: the cache holds no larger window")?;
+    Ok((at, tuning))
 }
 
 /// Runs `ahead doctor`.
@@ -139,6 +182,14 @@ fn probe(path: PathBuf) -> Result<Probes> {
     let (direct, align) = file
         .as_ref()
         .map_or_else(|| (not_probed(), None), features::direct_io);
+    let window = if meta.is_file() {
+        window_probe(&path, meta.len())
+    } else {
+        Err(format!(
+            "not tried: name a file of at least {} on this file system to see the window the engine chooses reading it",
+            ahead::units::format_size(WINDOW_PROBE_MIN)
+        ))
+    };
     Ok(Probes {
         kernel: features::kernel_release().unwrap_or_else(|| "unknown".into()),
         uring,
@@ -153,6 +204,7 @@ fn probe(path: PathBuf) -> Result<Probes> {
         device: features::device_of(meta.dev()),
         limits: features::cgroup_io_limits(),
         huge: features::huge_pages(),
+        window,
         path,
     })
 }
@@ -188,6 +240,14 @@ fn json_of(p: &Probes) -> Value {
         "cgroup_io_limits": p.limits,
         "transparent_huge_pages": p.huge.enabled,
         "free_page_reporting_order": p.huge.reporting_order,
+        "readahead_window": match &p.window {
+            Ok((read, t)) => json!({
+                "window": t.window, "start": t.start, "ceiling": t.ceiling,
+                "settled": t.settled, "bytes_read": read,
+                "steps": t.steps.iter().map(|s| json!({"window": s.window, "mb_s": s.bytes_per_sec / 1e6, "against_mb_s": s.against / 1e6, "late_per_window": s.late, "kept": s.kept})).collect::<Vec<_>>(),
+            }),
+            Err(why) => json!({"why": why}),
+        },
     })
 }
 
@@ -310,5 +370,17 @@ fn text_of(p: &Probes) -> String {
             (true, Some(_)) => "the cache's huge pages are decided at its first read (--huge-pages auto); here a huge page is often memory the host must supply again, and auto then keeps small pages",
         },
     );
+    match &p.window {
+        Ok((read, t)) => line(
+            "readahead",
+            format!(
+                "read {} of the file forward: window {}",
+                ahead::units::format_size(*read),
+                crate::read::tuning_text(t)
+            ),
+            "with --tune-readahead Direct mode's windows grow so in each process; or set the window with --max-readahead (the default, 4 MiB, costs the least CPU)",
+        ),
+        Err(why) => line("readahead", why.clone(), "Direct mode's windows are 4 MiB (--max-readahead), grown where readers wait with --tune-readahead"),
+    }
     out.replace("\n                 → \n", "\n")
 }

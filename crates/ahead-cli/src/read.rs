@@ -26,6 +26,11 @@ pub struct EngineArgs {
     /// ahead's largest readahead window [default: 4m; 16m for mount].
     #[arg(long = "max-readahead")]
     pub max_readahead: Option<String>,
+    /// Grow Direct mode's windows past --max-readahead while readers wait
+    /// for readahead and doubling them does not read slower (`--stats`
+    /// says to what; `ahead doctor FILE` shows it for a device).
+    #[arg(long = "tune-readahead")]
+    pub tune_readahead: bool,
     /// ahead's largest single read, a ranged GET for an object (e.g. 1m)
     /// [default: 256k].
     #[arg(long = "max-io")]
@@ -67,13 +72,13 @@ impl EngineArgs {
             .with_policy(policy)
             .with_backend(backend)
             .with_cache_bytes(parse_size(&self.cache).context("--cache")?)
-            .with_max_readahead(
-                parse_size(self.max_readahead.as_deref().unwrap_or("4m"))
-                    .context("--max-readahead")?,
-            )
             .with_registered_buffers(!self.no_registered_buffers)
             .with_huge_pages(self.huge_pages.parse().map_err(anyhow::Error::msg)?);
         let mut config = config;
+        if let Some(m) = &self.max_readahead {
+            config = config.with_max_readahead(parse_size(m).context("--max-readahead")?);
+        }
+        config = config.with_readahead_tuning(self.tune_readahead);
         if let Some(d) = self.io_depth {
             if d == 0 {
                 anyhow::bail!("--io-depth: at least 1");
@@ -215,6 +220,18 @@ pub fn json(pattern: &str, engine: &str, bs: u64, m: &Measurement) -> serde_json
             o[k] = v.into();
         }
     }
+    if let Some(t) = &m.readahead_tuning {
+        o["readahead_window"] = t.window.into();
+        o["readahead_tuning"] = t
+            .steps
+            .iter()
+            .map(|s| {
+                serde_json::json!({"window": s.window, "mb_s": s.bytes_per_sec / 1e6,
+                    "against_mb_s": s.against / 1e6, "late_per_window": s.late, "kept": s.kept})
+            })
+            .collect::<Vec<_>>()
+            .into();
+    }
     if let Some(c) = m.device_cost {
         o["device_request_pages"] = c.request_pages.into();
         o["device_latency_pages"] = c.latency_pages.into();
@@ -255,6 +272,9 @@ fn text(pattern: &str, engine: &str, bs: u64, m: &Measurement, stats: bool) -> S
     if let (true, Some(s)) = (stats, &m.stats) {
         for (k, v) in s.fields() {
             out += &format!("  {k:<20} {v}\n");
+        }
+        if let Some(t) = &m.readahead_tuning {
+            out += &format!("  readahead window     {}\n", tuning_text(t));
         }
         if let Some(c) = m.device_cost {
             out += &format!(
@@ -301,4 +321,36 @@ pub fn warn_not_direct(path: &std::path::Path) {
         "ahead: warning: {}: the file system refuses O_DIRECT; read through the kernel's cache instead",
         path.display()
     );
+}
+
+/// What the window tuner chose and why, on one line: the window, then each
+/// sample (`ahead read --stats`, `ahead doctor`).
+pub fn tuning_text(t: &ahead::ReadaheadTuning) -> String {
+    let mut out = format!(
+        "{} (started at {}, may grow to {}{})",
+        format_size(t.window),
+        format_size(t.start),
+        format_size(t.ceiling),
+        if t.settled {
+            "; settled"
+        } else {
+            "; still measuring"
+        }
+    );
+    for s in &t.steps {
+        out += &format!(
+            "; {} at {:.0} MB/s, {:.2} waits a window",
+            format_size(s.window),
+            s.bytes_per_sec / 1e6,
+            s.late
+        );
+        if s.against > 0.0 {
+            out += &format!(
+                " against {:.0} ({})",
+                s.against / 1e6,
+                if s.kept { "kept" } else { "not kept" }
+            );
+        }
+    }
+    out
 }

@@ -192,3 +192,38 @@ fn bench_mix_writes_every_engine_and_class_with_latency_percentiles() {
     left.sort();
     assert_eq!(left, ["mix.json", "mix.svg"]);
 }
+
+#[test]
+fn doctor_tunes_the_window_on_a_file_and_says_why_not_on_a_directory() {
+    let dir = scratch();
+    let v = ok_json(&ahead(&["doctor", "--json", s(dir.path())]));
+    let why = v["readahead_window"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("64 MiB"), "{v}");
+    let small = gen(dir.path(), "small", 1 << 20);
+    let v = ok_json(&ahead(&["doctor", "--json", s(&small)]));
+    assert!(v["readahead_window"]["why"].is_string(), "{v}");
+    // 160 MiB: the two samples of the start window, and one doubling if
+    // readers waited.
+    let big = gen(dir.path(), "big", 160 << 20);
+    let v = ok_json(&ahead(&["doctor", "--json", s(&big)]));
+    let w = &v["readahead_window"];
+    assert_eq!(w["bytes_read"], 160u64 << 20, "{v}");
+    let (start, window, ceiling) = (
+        w["start"].as_u64().unwrap(),
+        w["window"].as_u64().unwrap(),
+        w["ceiling"].as_u64().unwrap(),
+    );
+    assert_eq!(start, 4 << 20, "{v}");
+    assert!(
+        window >= start && window <= ceiling && window.is_power_of_two(),
+        "{v}"
+    );
+    let steps = w["steps"].as_array().unwrap();
+    assert!(steps.len() >= 2, "{v}");
+    assert!(
+        steps.iter().all(|s| s["mb_s"].as_f64().unwrap() > 0.0),
+        "{v}"
+    );
+    let text = ahead(&["doctor", s(&big)]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("readahead        read 160 MiB"));
+}

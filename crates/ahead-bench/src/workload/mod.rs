@@ -183,6 +183,9 @@ pub struct Measurement {
     pub fixed_reads: Option<u64>,
     /// What ahead's engine learned its device charges, for Direct runs.
     pub device_cost: Option<ahead::ra::DeviceCost>,
+    /// What ahead's engine chose for its readahead window, where it tuned
+    /// it (Direct runs with no window set).
+    pub readahead_tuning: Option<ahead::ReadaheadTuning>,
     /// An object's requests, bytes fetched and disk tier counters.
     pub remote: Option<ahead::remote::RemoteStats>,
     /// What the cache's memory was made of, for ahead runs.
@@ -364,6 +367,7 @@ fn measure_ahead(
     m.direct = file.is_direct();
     m.fixed_reads = Some(eng.fixed_reads());
     m.device_cost = eng.device_cost();
+    m.readahead_tuning = eng.readahead_tuning();
     m.huge_pages = Some(eng.huge_pages());
     m.remote = file.remote_stats();
     Ok(m)
