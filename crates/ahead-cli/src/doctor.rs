@@ -89,7 +89,7 @@ struct Probes {
 }
 
 /// The least file `ahead doctor` reads to choose a window: a few samples
-/// of the tuner at each size ([`ahead::ra::learn::WindowTuner`]).
+/// of the tuner at each size ([`ahead::ra::tune::WindowTuner`]).
 const WINDOW_PROBE_MIN: u64 = 64 << 20;
 /// The most it reads: enough for the tuner to reach 16 MiB windows and
 /// settle at the defaults (about 700 MiB: each doubling is measured
@@ -370,9 +370,13 @@ fn text_of(p: &Probes) -> String {
             (true, Some(_)) => "the cache's huge pages are decided at its first read (--huge-pages auto); here a huge page is often memory the host must supply again, and auto then keeps small pages",
         },
     );
-    match &p.window {
-        Ok((read, t)) => line(
-            "readahead",
+    (out + &readahead_lines(p)).replace("\n                 → \n", "\n")
+}
+
+/// `ahead doctor`'s lines on the readahead window the device wants.
+fn readahead_lines(p: &Probes) -> String {
+    let (value, action) = match &p.window {
+        Ok((read, t)) => (
             format!(
                 "read {} of the file forward: window {}",
                 ahead::units::format_size(*read),
@@ -380,7 +384,10 @@ fn text_of(p: &Probes) -> String {
             ),
             "with --tune-readahead Direct mode's windows grow so in each process; or set the window with --max-readahead (the default, 4 MiB, costs the least CPU)",
         ),
-        Err(why) => line("readahead", why.clone(), "Direct mode's windows are 4 MiB (--max-readahead), grown where readers wait with --tune-readahead"),
-    }
-    out.replace("\n                 → \n", "\n")
+        Err(why) => (
+            why.clone(),
+            "Direct mode's windows are 4 MiB (--max-readahead), grown where readers wait with --tune-readahead",
+        ),
+    };
+    format!("{:<16} {value}\n{:<16} → {action}\n", "readahead", "")
 }

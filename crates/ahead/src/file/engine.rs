@@ -41,9 +41,6 @@ pub const OBJECT_MAX_READAHEAD: u64 = 64 << 20;
 /// is 16 requests and each is well past the size where its first byte's
 /// latency dominates (30 ms is 2.7 MB at 90 MB/s).
 pub const OBJECT_MAX_IO: u64 = 4 << 20;
-/// The largest window the tuner tries ([`EngineConfig::readahead_tuning`]):
-/// 64 MiB, sixteen times the default.
-pub const TUNE_MAX_READAHEAD: u64 = 64 << 20;
 /// How long a reader that finds no free frame waits before it looks again
 /// (pins are dropped without signalling).
 pub(super) const FRAME_RETRY: Duration = Duration::from_millis(1);
@@ -67,7 +64,7 @@ pub struct EngineConfig {
     /// Let Direct files' readahead windows grow past `max_readahead` while
     /// readers wait for readahead and doubling the window does not make it
     /// slower, up to a sixteenth of the budget and what the reads in
-    /// flight carry ([`crate::ra::learn::WindowTuner`];
+    /// flight carry ([`crate::ra::tune::WindowTuner`];
     /// [`Engine::readahead_tuning`] says what it chose). Off by default:
     /// on this host's disk larger windows cost CPU (the pages wait longer
     /// between their read and their copy, and are copied from memory
@@ -333,7 +330,7 @@ pub(super) struct Shared {
     /// the tuner grew it.
     pub(super) ra_window: AtomicU64,
     /// The tuner of `ra_window` (`None`: not tuned).
-    pub(super) tuner: Option<std::sync::Mutex<ra::learn::WindowTuner>>,
+    pub(super) tuner: Option<std::sync::Mutex<ra::tune::WindowTuner>>,
     pub(super) max_io_pages: usize,
     /// The thread that issues Buffered files' kernel hints (started on first
     /// use; `None` inside if it could not be started: no hints then).
@@ -373,71 +370,6 @@ impl Shared {
         let depth = self.learner.lock().map_or(0, |mut l| l.submitted(now));
         (now, depth)
     }
-
-    /// The read submitted `at` (what [`Shared::submitted`] returned)
-    /// completed with `result`; `speculative`: it was readahead, which
-    /// the window tuner times.
-    pub(super) fn completed(&self, at: (u64, u64), result: &io::Result<usize>, speculative: bool) {
-        let now = self.now_ns();
-        let bytes = result.as_ref().map_or(0, |&n| n as u64);
-        if let Ok(mut l) = self.learner.lock() {
-            l.completed(at.0, at.1, now, bytes);
-        }
-        if let (true, Some(t)) = (speculative, &self.tuner) {
-            let counts = || {
-                let g = self.cache.lock();
-                (g.totals.late, g.totals.evicted_before_use)
-            };
-            if let Some(w) = t
-                .lock()
-                .ok()
-                .and_then(|mut t| t.completed(now, bytes, counts))
-            {
-                self.ra_window.store(w, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Direct files' largest readahead window now, in pages.
-    pub(super) fn ra_window(&self) -> u64 {
-        self.ra_window.load(Ordering::Relaxed)
-    }
-}
-
-/// What the window tuner chose ([`Engine::readahead_tuning`]).
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct ReadaheadTuning {
-    /// The largest window now, in bytes.
-    pub window: u64,
-    /// The window the engine started with, in bytes.
-    pub start: u64,
-    /// The largest it may try, in bytes.
-    pub ceiling: u64,
-    /// Whether it has stopped trying larger windows.
-    pub settled: bool,
-    /// Its samples of the start window, and its doublings, in order.
-    pub steps: Vec<TuneSample>,
-}
-
-/// One of [`ReadaheadTuning::steps`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct TuneSample {
-    /// The window, in bytes.
-    pub window: u64,
-    /// Bytes of readahead per second it read.
-    pub bytes_per_sec: f64,
-    /// For a doubling, the rate it was held to: the better of the window
-    /// before it, measured just before and just after it. 0 for the start
-    /// window's own samples.
-    pub against: f64,
-    /// How often per window a reader waited for pages readahead had asked
-    /// for (a window too small for the time its reads take waits about
-    /// once a window).
-    pub late: f64,
-    /// Whether it was kept.
-    pub kept: bool,
 }
 
 /// Owns the cache and the backend; opens files. Cheap to clone.
@@ -485,16 +417,7 @@ impl Engine {
             ),
             None => None,
         };
-        // The tuner's ceiling: a sixteenth of the cache (two windows in
-        // flight are an eighth of it, and a scan's ring stays within a
-        // quarter, `Planner::ring_for`), what the reads in flight can
-        // carry, and 64 MiB.
-        let ceiling = (frames / 16)
-            .min(config.depth as u64 * max_io_pages as u64)
-            .min(TUNE_MAX_READAHEAD / page);
-        let tuner = (config.readahead_tuning && ceiling >= 2 * max_ra_pages).then(|| {
-            std::sync::Mutex::new(ra::learn::WindowTuner::new(page, max_ra_pages, ceiling))
-        });
+        let tuner = super::tuning::tuner(&config, frames, max_ra_pages, max_io_pages);
         Ok(Engine {
             shared: Arc::new(Shared {
                 cache,
@@ -610,38 +533,6 @@ impl Engine {
     /// figures still moved 2–3× between runs (docs/never-worse.md).
     pub fn device_cost(&self) -> Option<ra::DeviceCost> {
         self.shared.learned_cost()
-    }
-
-    /// Direct files' largest readahead window now, in bytes: the
-    /// configured one unless the tuner grew it
-    /// ([`EngineConfig::readahead_tuning`]).
-    pub fn readahead_window(&self) -> u64 {
-        self.shared.ra_window() * self.shared.config.page_size
-    }
-
-    /// What the window tuner measured and chose so far; `None` when the
-    /// window is not tuned (a window was set, or the budget holds no
-    /// larger one).
-    pub fn readahead_tuning(&self) -> Option<ReadaheadTuning> {
-        let t = self.shared.tuner.as_ref()?.lock().ok()?;
-        let page = self.shared.config.page_size;
-        Some(ReadaheadTuning {
-            window: t.window() * page,
-            start: self.shared.max_ra_pages * page,
-            ceiling: t.ceiling() * page,
-            settled: t.settled(),
-            steps: t
-                .steps()
-                .iter()
-                .map(|s| TuneSample {
-                    window: s.window_pages * page,
-                    bytes_per_sec: s.bytes_per_sec,
-                    against: s.against,
-                    late: s.late,
-                    kept: s.kept,
-                })
-                .collect(),
-        })
     }
 
     /// Counters summed over every file. A page read ahead whose first

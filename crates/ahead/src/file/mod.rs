@@ -39,17 +39,19 @@ mod kernel;
 mod object;
 mod pages;
 mod reader;
+mod tuning;
 
 pub use advice::Advice;
 use advice::{advice_at, set_advice};
 use cached::{copy_out, lend};
-pub use engine::{Engine, EngineConfig, OpenOptions, ReadaheadTuning, TuneSample};
+pub use engine::{Engine, EngineConfig, OpenOptions};
 use engine::{Shared, FRAME_RETRY};
 pub use future::{block_on, ReadAt, ReadOwned};
 use hits::{hit_queues, Served, HIT_MAX_PAGES};
 pub use kernel::Mode;
 pub use pages::Pages;
 pub use reader::Reader;
+pub use tuning::{ReadaheadTuning, TuneSample};
 
 use std::io;
 use std::os::fd::OwnedFd;

@@ -73,6 +73,7 @@ pub mod hints;
 pub mod learn;
 pub mod legacy;
 pub mod ondemand;
+pub mod tune;
 pub use drive::{drive, Lookup, PageTable};
 mod sparse;
 #[cfg(test)]
@@ -379,7 +380,7 @@ pub trait Policy: Send {
     /// The maximum window in pages.
     fn max_pages(&self) -> u64;
     /// The engine changed the maximum window (its tuner found the device
-    /// reads faster with larger windows, [`learn::WindowTuner`]): windows
+    /// reads faster with larger windows, [`tune::WindowTuner`]): windows
     /// decided from now on reach `pages`, streams ramping to it as before.
     /// Policies without a maximum ignore it.
     fn set_max_pages(&mut self, _pages: u64) {}
