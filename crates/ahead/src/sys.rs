@@ -217,9 +217,16 @@ pub fn sync_range(fd: impl AsFd, offset: u64, len: u64, wait: bool) -> io::Resul
 /// once read or written back. Pages that were cached before are left alone.
 pub const RWF_DONTCACHE: i32 = libc::RWF_DONTCACHE;
 
-/// preadv2(2) into `buf` with `flags` (RWF_*). EOPNOTSUPP where the file
+/// preadv2(2) into `buf` with `flags` (RWF_*), pread(2) for none. EOPNOTSUPP where the file
 /// system does not support a flag, EINVAL where the kernel does not know it.
 pub fn pread_flags(fd: impl AsFd, buf: &mut [u8], offset: u64, flags: i32) -> io::Result<usize> {
+    if flags == 0 {
+        // pread64: no vector to copy in. In `perf` of cached 16 KiB reads
+        // the readv path's own work (the iovec copied from the caller,
+        // `vfs_readv`, `do_preadv`) was 4–5% of the time against 1.3% for
+        // `vfs_read`.
+        return Ok(rustix::io::pread(fd, buf, offset)?);
+    }
     Ok(rustix::io::preadv2(
         fd,
         &mut [io::IoSliceMut::new(buf)],
