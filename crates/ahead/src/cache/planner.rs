@@ -31,7 +31,7 @@ impl Planner<'_> {
     /// The ring distance for a file of `file_pages` pages in a cache of
     /// `frames` frames whose readahead windows reach `window` pages now,
     /// having started at `start` (the tuner grows them,
-    /// [`crate::ra::learn::WindowTuner`]): none unless the file is larger
+    /// [`crate::ra::tune::WindowTuner`]): none unless the file is larger
     /// than the cache (it cannot be kept whole) and the ring fits in a
     /// quarter of the cache; else four of the starting windows, or two of
     /// the present ones and one of the starting, whichever is more.
