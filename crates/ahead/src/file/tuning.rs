@@ -51,7 +51,7 @@ impl Shared {
             if let Some(w) = t
                 .lock()
                 .ok()
-                .and_then(|mut t| t.completed(now, bytes, counts))
+                .and_then(|mut t| t.completed(now, at.0, bytes, counts))
             {
                 self.ra_window.store(w, Ordering::Relaxed);
             }
