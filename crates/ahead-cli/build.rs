@@ -13,6 +13,10 @@
 //! without `-z pack-relative-relocs` (GNU ld before 2.38) gets the build
 //! without it. The name of the directory `ahead run` places them in is a
 //! checksum of both, computed here once.
+//!
+//! It also names the build (`AHEAD_BUILD_ID`, a checksum of every source
+//! the tool is made from), which `ahead` hands to `ahead-full` so that one
+//! never runs the other of another build (src/launch.rs).
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -23,16 +27,33 @@ fn main() {
     let here =
         PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = here.join("../..");
-    for p in [
+    // Everything the two programs are made of: a change anywhere here
+    // names a new build.
+    let sources: Vec<PathBuf> = [
+        "crates/ahead/src",
+        "crates/ahead/Cargo.toml",
+        "crates/ahead-sim/src",
+        "crates/ahead-sim/Cargo.toml",
+        "crates/ahead-bench/src",
+        "crates/ahead-bench/Cargo.toml",
+        "crates/ahead-mount/src",
+        "crates/ahead-mount/Cargo.toml",
+        "crates/ahead-testkit/src",
+        "crates/ahead-testkit/Cargo.toml",
+        "crates/ahead-cli/src",
+        "crates/ahead-cli/Cargo.toml",
         "crates/ahead-preload/src",
         "crates/ahead-preload/Cargo.toml",
         "crates/ahead-shim/src",
         "crates/ahead-shim/Cargo.toml",
-        "crates/ahead/src",
-        "crates/ahead/Cargo.toml",
+        "Cargo.toml",
         "Cargo.lock",
-    ] {
-        println!("cargo:rerun-if-changed={}", root.join(p).display());
+    ]
+    .iter()
+    .map(|p| root.join(p))
+    .collect();
+    for p in &sources {
+        println!("cargo:rerun-if-changed={}", p.display());
     }
     let target_dir = out.join("preload-target");
     if !build(&root, &target_dir, true) {
@@ -43,16 +64,43 @@ fn main() {
         );
     }
     let mut sum = Vec::new();
-    for name in ["libahead_shim.so", "libahead_preload.so"] {
+    for (name, len) in [
+        ("libahead_shim.so", "AHEAD_SHIM_LEN"),
+        ("libahead_preload.so", "AHEAD_CORE_LEN"),
+    ] {
         let bytes = std::fs::read(target_dir.join("release").join(name))
             .expect("reading a preload library");
         sum.extend_from_slice(&xxhash_rust::xxh3::xxh3_64(&bytes).to_le_bytes());
         std::fs::write(out.join(name), &bytes).expect("copying a preload library");
+        println!("cargo:rustc-env={len}={}", bytes.len());
     }
-    println!(
-        "cargo:rustc-env=AHEAD_PRELOAD_SUM={:016x}",
-        xxhash_rust::xxh3::xxh3_64(&sum)
-    );
+    let preload = xxhash_rust::xxh3::xxh3_64(&sum);
+    println!("cargo:rustc-env=AHEAD_PRELOAD_SUM={preload:016x}");
+    let mut build = xxhash_rust::xxh3::Xxh3::new();
+    build.update(&preload.to_le_bytes());
+    for p in &sources {
+        hash_tree(&mut build, p);
+    }
+    println!("cargo:rustc-env=AHEAD_BUILD_ID={:016x}", build.digest());
+}
+
+/// Adds `path` (a file, or a directory's files in name order) to `h`:
+/// each file's path and bytes.
+fn hash_tree(h: &mut xxhash_rust::xxh3::Xxh3, path: &Path) {
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .expect("listing a source directory")
+            .map(|e| e.expect("reading a source directory").path())
+            .collect();
+        entries.sort();
+        for e in entries {
+            hash_tree(h, &e);
+        }
+    } else if let Ok(bytes) = std::fs::read(path) {
+        h.update(path.as_os_str().as_encoded_bytes());
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
 }
 
 /// One cargo build of both libraries; whether it succeeded.

@@ -1,5 +1,6 @@
-//! `ahead` — the command-line tool. Thin: parsing and output; the work is in
-//! the libraries.
+//! `ahead-full` — the command-line tool, which `ahead` (src/front.rs, a
+//! small launcher) hands its commands to. Thin: parsing and output; the
+//! work is in the libraries.
 
 /// `println!` that ends the process quietly when the reader of its output
 /// has gone (`ahead stat --json … | head`), as ripgrep does, where
@@ -18,6 +19,9 @@ mod bench;
 mod cat;
 mod copy;
 mod doctor;
+// The launcher's own part (`Quick`) is unused here.
+#[allow(dead_code)]
+mod launch;
 mod mount;
 mod read;
 mod resident;
@@ -106,7 +110,28 @@ pub(crate) fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
+/// Started by `ahead`: it must be of the same build (`cargo run` builds
+/// only the launcher). The mark is not passed on to the programs this one
+/// starts.
+fn check_front() {
+    let Some(build) = std::env::var_os(launch::FRONT_ENV) else {
+        return;
+    };
+    // The first thing `main` does, before any thread is started.
+    std::env::remove_var(launch::FRONT_ENV);
+    if build != launch::BUILD {
+        let me = std::env::current_exe().unwrap_or_default();
+        eprintln!(
+            "ahead: {} is of another build than the `ahead` beside it; build both \
+             (cargo build --release -p ahead-cli)",
+            me.display()
+        );
+        std::process::exit(1);
+    }
+}
+
 fn main() -> ExitCode {
+    check_front();
     let cli = Cli::parse();
     if let Command::Copy(args) = cli.command {
         return copy::run(args).unwrap_or_else(|e| {

@@ -12,12 +12,13 @@
 //! own.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use crate::launch;
 use clap::Args;
 use rustix::fs::{Mode, OFlags};
 
@@ -152,71 +153,14 @@ fn fresh_output(path: &Path, header: &[u8]) -> Result<PathBuf> {
     Ok(abs)
 }
 
-/// Why the preload cannot act on `cmd`, if it can tell before running it.
-fn cannot_act(cmd: &OsStr) -> Option<String> {
-    let path = resolve(cmd)?;
-    let mut head = [0u8; 64];
-    let mut f = std::fs::File::open(&path).ok()?;
-    let meta = f.metadata().ok()?;
-    let euid = rustix::process::geteuid().as_raw();
-    use std::os::unix::fs::MetadataExt;
-    if meta.mode() & 0o6000 != 0 && euid != 0 {
-        return Some(format!(
-            "{} is setuid or setgid: the loader ignores LD_PRELOAD for it",
-            path.display()
-        ));
-    }
-    let n = f.read(&mut head).ok()?;
-    if n < 64 || &head[..4] != b"\x7fELF" || head[4] != 2 {
-        return None; // a script: its interpreter is what runs
-    }
-    // 64-bit little-endian ELF: look for a PT_INTERP program header.
-    let phoff = u64::from_le_bytes(head[32..40].try_into().ok()?);
-    let phentsize = u16::from_le_bytes(head[54..56].try_into().ok()?) as u64;
-    let phnum = u16::from_le_bytes(head[56..58].try_into().ok()?) as u64;
-    let mut table = vec![0u8; (phentsize * phnum).min(1 << 16) as usize];
-    use std::io::{Seek, SeekFrom};
-    f.seek(SeekFrom::Start(phoff)).ok()?;
-    f.read_exact(&mut table).ok()?;
-    let dynamic = table
-        .chunks(phentsize.max(4) as usize)
-        .any(|ph| ph.len() >= 4 && u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == 3);
-    (!dynamic).then(|| {
-        format!(
-            "{} is statically linked: no preload library can act on it",
-            path.display()
-        )
-    })
-}
-
-/// The file `cmd` names, searched in PATH as execvp does.
-fn resolve(cmd: &OsStr) -> Option<PathBuf> {
-    if cmd.as_bytes().contains(&b'/') {
-        return Some(PathBuf::from(cmd));
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(cmd))
-        .find(|p| p.is_file())
-}
-
 /// Puts the library in place, sets the environment and execs the program.
 fn launch(cmd: &[OsString], env: Vec<(&str, OsString)>) -> Result<()> {
     let lib = library().context("placing the preload library")?;
-    if let Some(why) = cannot_act(&cmd[0]) {
+    if let Some(why) = launch::cannot_act(&cmd[0]) {
         eprintln!("ahead: {why}; running it as it is");
     }
-    let mut preload = lib.into_os_string();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        preload.push(":");
-        preload.push(old);
-    }
-    let mut c = std::process::Command::new(&cmd[0]);
-    c.args(&cmd[1..]).env("LD_PRELOAD", preload);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let err = c.exec();
+    let env: Vec<(&str, &OsStr)> = env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let err = launch::command(cmd, lib, &env).exec();
     bail!("{}: {err}", cmd[0].to_string_lossy())
 }
 
@@ -231,31 +175,21 @@ fn launch(cmd: &[OsString], env: Vec<(&str, OsString)>) -> Result<()> {
 /// and reading it back (half a megabyte on every `ahead run`) would check
 /// nothing more.
 fn library() -> Result<PathBuf> {
-    let dir = ahead::copy::StateDir::open_at(&["ahead", "preload", env!("AHEAD_PRELOAD_SUM")])
-        .map_err(anyhow::Error::msg)?;
+    let dir = launch::state_dir().map_err(anyhow::Error::msg)?;
     // The core first: a shim in place means its core is too.
-    place(&dir, "libahead_preload.so", CORE)?;
-    place(&dir, "libahead_shim.so", SHIM)?;
-    Ok(dir.path().join("libahead_shim.so"))
+    place(&dir, launch::CORE, CORE)?;
+    place(&dir, launch::SHIM, SHIM)?;
+    Ok(dir.path().join(launch::SHIM))
 }
 
 /// Puts `bytes` in `dir` under `name`, unless they are there.
 fn place(dir: &ahead::copy::StateDir, name: &str, bytes: &[u8]) -> Result<()> {
-    if let Ok(fd) = rustix::fs::openat(
-        dir.fd(),
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
-        Mode::empty(),
-    ) {
-        let st = rustix::fs::fstat(&fd)?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode).is_file()
-            && st.st_uid == rustix::process::geteuid().as_raw()
-            && st.st_mode & 0o022 == 0
-            && st.st_size as u64 == bytes.len() as u64
-        {
-            return Ok(());
-        }
-        rustix::fs::unlinkat(dir.fd(), name, rustix::fs::AtFlags::empty())?;
+    if launch::in_place(dir, name, bytes.len() as u64) {
+        return Ok(());
+    }
+    match rustix::fs::unlinkat(dir.fd(), name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
     }
     let token: u64 = {
         let mut b = [0u8; 8];

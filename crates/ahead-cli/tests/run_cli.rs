@@ -746,3 +746,140 @@ fn both_libraries_export_the_one_table() {
     let all: std::collections::BTreeSet<String> = both.union(&shim_only).cloned().collect();
     assert_eq!(exported(&shim), all);
 }
+
+/// `ahead` starts `ahead run`'s plain forms itself, with the libraries in
+/// place, and hands everything else to `ahead-full` beside it: the first
+/// run (nothing placed yet), `--stats`, other commands, a program that
+/// cannot be started. What the program sees is the same either way. A
+/// copy of the launcher beside an `ahead-full` that notes each call tells
+/// which took it.
+#[test]
+fn the_launcher_starts_plain_runs_itself_and_hands_on_the_rest() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = scratch();
+    let dir = t.path();
+    let front = dir.join("ahead");
+    std::fs::copy(env!("CARGO_BIN_EXE_ahead"), &front).unwrap();
+    let handed = dir.join("handed");
+    let full = dir.join("ahead-full");
+    std::fs::write(
+        &full,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            handed.display(),
+            env!("CARGO_BIN_EXE_ahead-full")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&full, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let state = dir.join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let calls = || {
+        std::fs::read_to_string(&handed)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let run = |exe: &Path, args: &[&str]| {
+        let o = Command::new(exe)
+            .args(args)
+            .env("XDG_STATE_HOME", &state)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        (o.status.code(), s_out(&o), stderr(&o))
+    };
+    let show =
+        "echo $AHEAD_RUN_MODE ${AHEAD_RUN_DONTCACHE:-} ${LD_PRELOAD:-none} ${AHEAD_FRONT_BUILD:-}";
+    let shim = state.join("ahead/preload");
+    // (arguments, handed to ahead-full the second time too)
+    let cases: [(&[&str], bool); 4] = [
+        (&["run", "--", "sh", "-c", show], false),
+        (&["run", "--readahead", "--", "sh", "-c", show], false),
+        (
+            &[
+                "run",
+                "--no-dontcache",
+                "--uncached",
+                "--",
+                "sh",
+                "-c",
+                show,
+            ],
+            false,
+        ),
+        (&["run", "--off", "--", "sh", "-c", show], false),
+    ];
+    for (i, (args, _)) in cases.iter().enumerate() {
+        let before = calls();
+        let (code, o, e) = run(&front, args);
+        assert_eq!(code, Some(0), "{args:?}: {e}");
+        let direct = run(Path::new(env!("CARGO_BIN_EXE_ahead-full")), args);
+        assert_eq!(
+            o, direct.1,
+            "{args:?}: the launcher's program saw another environment"
+        );
+        // The mode, `0` for --no-dontcache, the shim (none for --off), and
+        // no launcher's mark after them.
+        let fields = match args[1] {
+            "--off" => 1,
+            "--no-dontcache" => 3,
+            _ => 2,
+        };
+        assert_eq!(o.split_whitespace().count(), fields, "{args:?}: {o}");
+        if args[1] != "--off" {
+            assert!(o.contains(s(&shim)), "{args:?}: {o}");
+        }
+        // The first run places the libraries: ahead-full's work.
+        assert_eq!(calls() - before, usize::from(i == 0), "{args:?}");
+    }
+    for args in [
+        &[
+            "run",
+            "--stats",
+            s(&dir.join("s.json")),
+            "--",
+            "sh",
+            "-c",
+            show,
+        ][..],
+        &["--version"],
+        &["run", "--off", "--off", "--", "true"],
+        &["run", "--", "/nonexistent/program"],
+    ] {
+        let before = calls();
+        let (code, o, e) = run(&front, args);
+        assert_eq!(calls() - before, 1, "{args:?}: not handed on");
+        match args[..] {
+            ["--version"] => assert!(o.starts_with("ahead "), "{o}"),
+            ["run", "--stats", ..] => {
+                assert_eq!(code, Some(0), "{e}");
+                // The mode and the shim, and no launcher's mark after them.
+                assert_eq!(o.split_whitespace().count(), 2, "{o}");
+                assert!(o.starts_with("readahead ") && o.contains(s(&shim)), "{o}");
+            }
+            ["run", "--off", "--off", ..] => assert_eq!(code, Some(2), "{e}"),
+            _ => {
+                assert_eq!(code, Some(1));
+                assert!(e.contains("/nonexistent/program: No such file"), "{e}");
+            }
+        }
+    }
+    // ahead-full refuses a launcher of another build, and a launcher alone
+    // says what it lacks.
+    let o = Command::new(env!("CARGO_BIN_EXE_ahead-full"))
+        .arg("--version")
+        .env("AHEAD_FRONT_BUILD", "another")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("of another build"), "{}", stderr(&o));
+    std::fs::remove_file(&full).unwrap();
+    let (code, _, e) = run(&front, &["--version"]);
+    assert_eq!(code, Some(1));
+    assert!(e.contains("ahead-full"), "{e}");
+}
+
+fn s_out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
