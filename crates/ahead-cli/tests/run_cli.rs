@@ -605,11 +605,12 @@ fn a_core_that_cannot_load_leaves_programs_as_they_are() {
 }
 
 /// Reads readahead cannot help load nothing: a cold file read forward
-/// (its first MiB), then once near its end, leaves a process with the shim alone and
-/// no helper thread. A second read near the end loads the core, whose
-/// policy then sees both (the helper starts).
+/// (its first MiB), then eight times backward from its end, leaves a
+/// process with the shim alone and no helper thread. A ninth read loads
+/// the core, whose policy then sees the eighth and the ninth (the helper
+/// starts).
 #[test]
-fn forward_reads_and_a_single_read_load_nothing() {
+fn forward_reads_and_a_few_jumps_load_nothing() {
     let Some(python) = need(&["python3"], "python3") else {
         return;
     };
@@ -631,9 +632,10 @@ size = os.fstat(fd).st_size
 for _ in range(16):
     os.read(fd, 65536)
 state()
-os.pread(fd, 4096, size - 8192)
+for i in range(1, 9):
+    os.pread(fd, 4096, size - 8192 * i)
 state()
-os.pread(fd, 4096, size - 16384)
+os.pread(fd, 4096, size - 8192 * 9)
 state()
 "#;
     // Cold, so that the file is neither small nor wholly cached.

@@ -21,9 +21,10 @@
 //! * readahead mode: at the first read of a regular file that readahead
 //!   could help, which is later still. Reads that continue where the
 //!   descriptor's last one ended are the kernel's to follow, and are told
-//!   without a system call (`fds.rs`); a descriptor's first read elsewhere
-//!   is passed on too (one read is no stream). The second read of a
-//!   descriptor that is not forward loads the core;
+//!   without a system call (`fds.rs`); a descriptor's first eight reads
+//!   elsewhere are passed on too (`fds::HOLD`: a few jumps are no stream
+//!   worth the core's start-up). The ninth read of a descriptor that is
+//!   not forward loads the core;
 //! * `--off`: only with `--stats` (at load); without it, `ahead run` does
 //!   not preload this library at all.
 //!
@@ -105,8 +106,8 @@ enum Wants {
 /// What the shim does with a call while the core is not loaded.
 enum Decision {
     Pass,
-    /// A read of a tracked descriptor passed on, forward or the first that
-    /// is not (held): where it ended is noted when it returns.
+    /// A read of a tracked descriptor passed on, forward or one of the
+    /// first that are not (held): where it ended is noted when it returns.
     Note(Passed),
     /// Load the core for a read of this descriptor (or a write).
     Load(c_int),
@@ -283,8 +284,8 @@ struct Passed {
     offset: u64,
     /// At the file position (which it moves).
     current: bool,
-    /// The descriptor's first read that was not forward: where it read is
-    /// noted too, for the core to see with the next.
+    /// One of the descriptor's first reads that were not forward: where it
+    /// read is noted too, for the core to see with the next.
     held: bool,
 }
 
@@ -298,9 +299,9 @@ impl Passed {
     }
 }
 
-/// The core was just loaded for a read of `fd`: the read of it passed on
-/// before, if there was one, goes to the core's policy first
-/// (`ahead_core_held`), so that a stream is seen from its first read.
+/// The core was just loaded for a read of `fd`: the last read of it
+/// passed on before, if there was one, goes to the core's policy first
+/// (`ahead_core_held`), so that it sees two reads of the stream at once.
 fn replay(fd: c_int) {
     let Some((offset, len)) = fds::held_read(fd) else {
         return;
