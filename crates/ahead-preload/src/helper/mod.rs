@@ -311,22 +311,32 @@ fn start(rt: &'static Runtime) -> bool {
         .stack_size(256 << 10)
         .spawn(move || {
             crate::set_busy_forever();
-            idle_priority();
+            batch_priority();
             helper_loop(rt)
         })
         .is_ok()
 }
 
-/// The helper runs at SCHED_IDLE: a hook's wake-up never preempts the
+/// The helper runs at SCHED_BATCH: a hook's wake-up never preempts the
 /// program's own thread (a woken helper on the program's CPU delayed each
 /// cold sqlite3 point lookup by 14 µs), and the helper works while the
-/// program waits for the device, which is when hints matter. A program
-/// busy on the CPU is reading cached data and needs no hint.
-fn idle_priority() {
+/// program waits for the device, which is when hints matter.
+///
+/// Not SCHED_IDLE, which it was: an idle-policy thread waits for a CPU
+/// nothing else wants, and a hint it was in the middle of sending held the
+/// program up meanwhile. A cold sqlite3 query of 7 ms (`limit 1028` of
+/// 11,423 rows, `order by id desc`; 114 pages hinted) took 11–26 ms in 10
+/// of 15 runs with the helper at SCHED_IDLE, the program's `pread`s asleep
+/// in `folio_wait_bit_common`; with SCHED_BATCH, which keeps the ordinary
+/// share of the CPU and gives up only wake-up preemption, 1 run of 15
+/// (docs/run.md). The reading: WILLNEED readahead puts its pages in the
+/// page cache locked and submits their reads at the end, so a program
+/// reading one of them waits until the helper runs again.
+fn batch_priority() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets this thread's own policy (pid 0 = the caller).
     unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
     }
 }
 
