@@ -1,6 +1,5 @@
 //! `ahead sim`: runs the simulator and prints a table, JSON or a plot.
 
-use ahead::ra::PolicyKind;
 use ahead::units::parse_size;
 use ahead_bench::report::{bar_chart, line_chart, Table};
 use ahead_sim::device::DeviceKind;
@@ -18,7 +17,9 @@ pub struct SimArgs {
     scenario: String,
     /// Trace file, for `replay`: one read per line, `offset length [stream-id]`.
     trace: Option<PathBuf>,
-    /// Policies to compare, comma-separated.
+    /// Policies to compare, comma-separated: legacy, ondemand and ahead
+    /// (the library's, reading for the engine), and run (`ahead run`: the
+    /// kernel's ondemand reads, the preload's hints on top).
     #[arg(long, default_value = "legacy,ondemand,ahead")]
     policy: String,
     /// Device model: hdd, ssd, net, s3 (bench remote's network profile),
@@ -73,13 +74,13 @@ pub fn run(args: SimArgs) -> Result<()> {
     let scenario = Scenario::parse(&args.scenario, args.trace.clone())?;
     let mut policies = Vec::new();
     for p in args.policy.split(',').filter(|s| !s.trim().is_empty()) {
-        let kind: PolicyKind = p.parse()?;
+        let kind: ahead_sim::engine::SimPolicy = p.parse().map_err(anyhow::Error::msg)?;
         if !policies.contains(&kind) {
             policies.push(kind);
         }
     }
     if policies.is_empty() {
-        bail!("--policy: no policy given (expected legacy, ondemand or ahead)");
+        bail!("--policy: no policy given (expected legacy, ondemand, ahead or run)");
     }
     let device: DeviceKind = args.device.parse().map_err(anyhow::Error::msg)?;
     let opts = SimOptions {

@@ -45,18 +45,13 @@ pub(crate) const SMALL: u8 = 1;
 /// Wholly cached when first read (or last looked at).
 pub(crate) const CACHED: u8 = 2;
 
-/// The kernel's default readahead window, 128 KiB (`VM_READAHEAD_PAGES`,
-/// what `read_ahead_kb` starts at): the kernel's first window reads a file
-/// of at most this size in one go.
-pub(crate) const SMALL_FILE: u64 = 128 << 10;
+/// At most this many bytes when first read: the kernel's first window
+/// reads the file whole ([`ahead::ra::hints::preload::SMALL_FILE`]).
+pub(crate) const SMALL_FILE: u64 = ahead::ra::hints::preload::SMALL_FILE;
 
 /// Reads in a row that continue the last one and are still sent to the
-/// helper: 8 (32 KiB of 4 KiB reads), more than a row of pages read
-/// forward inside a backward scan. Passing every continuation over left a
-/// backward scan of 38,508 rows of 8,145 bytes (`order by id desc`) with
-/// no hint at all (its windows 46% used, as the helper saw them: 0.99x
-/// plain, 6.2 s, where the simulator puts it at 0.15x).
-pub(crate) const FORWARD_RUN: u32 = 8;
+/// helper ([`ahead::ra::hints::preload::FORWARD_RUN`]).
+pub(crate) const FORWARD_RUN: u32 = ahead::ra::hints::preload::FORWARD_RUN;
 
 /// A cached file is looked at again every this many reads: one cachestat
 /// per 64 reads of a hot file (a cached 4 KiB read costs about 1 µs, the

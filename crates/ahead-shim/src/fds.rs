@@ -42,7 +42,8 @@ const OTHER: u8 = 2;
 /// what the core costs even if every read were hinted: `tail -n` of a few
 /// hundred lines, a database's header and a lookup or two. A stream of
 /// more reads is seen by the core from its ninth, and the eighth is
-/// handed to it first.
+/// handed to it first. The simulator's model of the preload takes the same
+/// number from `ahead::ra::hints::preload::SHIM_HOLD` (checked below).
 pub(crate) const HOLD: u8 = 8;
 
 struct Fd {
@@ -194,5 +195,13 @@ pub(crate) fn read_done(n: c_int, offset: u64, current: bool, r: isize) {
     f.next.store(end, Ordering::Relaxed);
     if current {
         f.pos.store(end, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_simulator_models_the_shim_by_its_own_numbers() {
+        assert_eq!(super::HOLD, ahead::ra::hints::preload::SHIM_HOLD);
     }
 }

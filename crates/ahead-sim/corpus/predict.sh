@@ -65,7 +65,7 @@ predict() {
     am=$(printf '%s\n' "${a[@]}" | median)
     wm=$(printf '%s\n' "${w[@]}" | median)
     so=$(sim "/tmp/predict-$name.trace" ondemand)
-    sa=$(sim "/tmp/predict-$name.trace" ahead)
+    sa=$(sim "/tmp/predict-$name.trace" run)
     python3 -c "
 pm, am, wm, so, sa = $pm, $am, $wm, $so, $sa
 po, pa = so + wm, sa + wm

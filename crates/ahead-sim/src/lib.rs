@@ -12,7 +12,7 @@
 //! use ahead::ra::PolicyKind;
 //!
 //! let opts = SimOptions {
-//!     policies: vec![PolicyKind::OnDemand],
+//!     policies: vec![PolicyKind::OnDemand.into()],
 //!     device: DeviceKind::Ssd,
 //!     file_size: Some(16 << 20),
 //!     memory: Some(64 << 20),

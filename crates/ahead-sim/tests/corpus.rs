@@ -45,7 +45,7 @@ fn corpus() -> Vec<PathBuf> {
 
 fn replay(path: &std::path::Path, device: DeviceKind) -> (SimResult, SimResult) {
     let o = SimOptions {
-        policies: vec![PolicyKind::OnDemand, PolicyKind::Ahead],
+        policies: vec![PolicyKind::OnDemand.into(), PolicyKind::Ahead.into()],
         device,
         ..SimOptions::default()
     };

@@ -204,7 +204,7 @@ fn simulate(case: &Case, policy: PolicyKind, device: DeviceKind) -> PhaseStats {
         EngineConfig {
             page_size: PAGE,
             memory_pages: case.memory_pages,
-            policy,
+            policy: policy.into(),
             ra: RaConfig::with_max_pages(MAX_WINDOW / PAGE),
             max_io_pages: 256,
             bucket: 0.0,

@@ -26,7 +26,7 @@ const MEASURED: [(&str, f64, f64); 7] = [
 #[test]
 fn the_s3_model_predicts_the_benchmarks_ahead_rows() {
     let opts = SimOptions {
-        policies: vec![PolicyKind::Ahead],
+        policies: vec![PolicyKind::Ahead.into()],
         device: DeviceKind::Object(ObjectParams::S3),
         ..SimOptions::default()
     };

@@ -42,10 +42,8 @@ const QUEUE: usize = 1 << 15;
 /// a process reading faster than the helper takes its events loses hints,
 /// never reads.
 const HINT_QUEUE: usize = 1 << 12;
-/// The policy's largest window: 2 MiB, past the kernel's 128 KiB default
-/// (read_ahead_kb) and as large as the windows Direct mode reads, so that
-/// a backward stream keeps several device reads in flight.
-const MAX_WINDOW: u64 = 2 << 20;
+/// The policy's largest window ([`hints::preload::MAX_WINDOW`]).
+const MAX_WINDOW: u64 = hints::preload::MAX_WINDOW;
 /// Pages remembered per file for the accuracy count.
 const HINTED_SET_MAX: usize = 1 << 20;
 /// Trace bytes kept before they are appended to the file.

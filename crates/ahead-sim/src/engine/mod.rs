@@ -20,14 +20,20 @@
 
 use crate::device::{DevIo, Device};
 use ahead::ra::{
-    self, CacheView, DeviceCost, Feedback, Lookup, PageTable, Policy, PolicyKind, RaConfig,
-    Request, Shadow, Window,
+    self, CacheView, DeviceCost, Feedback, Lookup, PageTable, Policy, RaConfig, Request, Shadow,
+    Window,
 };
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
+mod policy;
+mod preload;
+mod serve;
 mod table;
 
+pub use policy::SimPolicy;
+use preload::Preload;
+use serve::issue;
 use table::FileTable;
 
 const NIL: u32 = u32::MAX;
@@ -46,8 +52,8 @@ pub struct EngineConfig {
     pub page_size: u64,
     /// Cache budget in pages.
     pub memory_pages: u64,
-    /// The readahead policy, one instance per file.
-    pub policy: PolicyKind,
+    /// What reads ahead, one instance per file.
+    pub policy: SimPolicy,
     /// Policy parameters.
     pub ra: RaConfig,
     /// Largest device I/O in pages.
@@ -225,6 +231,8 @@ struct Core {
 pub struct Simulator {
     core: Core,
     policies: Vec<Box<dyn Policy>>,
+    /// `SimPolicy::Run`: each file's preload.
+    preload: Vec<Option<Preload>>,
 }
 
 impl Simulator {
@@ -239,8 +247,9 @@ impl Simulator {
         }
         let policies = file_pages
             .iter()
-            .map(|_| ra::new_policy(cfg.policy, cfg.ra))
+            .map(|_| ra::new_policy(cfg.policy.kind(), cfg.ra))
             .collect();
+        let preload = preloads(&cfg, file_pages);
         let device_cost = device.cost(cfg.page_size);
         Simulator {
             core: Core {
@@ -269,6 +278,7 @@ impl Simulator {
                 cfg,
             },
             policies,
+            preload,
         }
     }
 
@@ -300,8 +310,9 @@ impl Simulator {
         c.phase_start = c.now;
         c.stats = PhaseStats::default();
         for p in self.policies.iter_mut() {
-            *p = ra::new_policy(c.cfg.policy, c.cfg.ra);
+            *p = ra::new_policy(c.cfg.policy.kind(), c.cfg.ra);
         }
+        self.preload = preloads(&c.cfg, &c.file_pages);
         let mut readers: Vec<Reader> = readers
             .into_iter()
             .map(|spec| Reader {
@@ -345,8 +356,9 @@ impl Simulator {
                             });
                             (requests.len() - 1) as u32
                         });
-                        let (waiting, bytes) =
-                            Self::issue(c, &mut *self.policies[file], file, off, len, id);
+                        let policy = &mut *self.policies[file];
+                        let hints = self.preload[file].as_mut();
+                        let (waiting, bytes) = issue(c, policy, hints, file, (off, len), id);
                         requests[id as usize] = PendingRequest {
                             reader: r,
                             waiting,
@@ -407,71 +419,17 @@ impl Simulator {
             .count() as u64;
         std::mem::take(&mut c.stats)
     }
+}
 
-    /// Serves one request up to the point of waiting: request `id` is
-    /// registered with every I/O it waits for. Returns how many I/Os that is
-    /// and the request's length in bytes (cut to the file).
-    fn issue(
-        c: &mut Core,
-        policy: &mut dyn Policy,
-        file: usize,
-        off: u64,
-        len: u64,
-        id: u32,
-    ) -> (u32, u64) {
-        let ps = c.cfg.page_size;
-        let file_bytes = c.file_pages[file] * ps;
-        if off >= file_bytes || len == 0 {
-            return (0, 0);
-        }
-        let len = len.min(file_bytes - off);
-        let first = off / ps;
-        let count = (off + len - 1) / ps - first + 1;
-        let base = c.file_base[file];
-        c.request_seq += 1;
-        c.stats.bytes_requested += len;
-        c.stats.pages_requested += count;
-        for p in first..first + count {
-            if c.pages[(base + p) as usize].state == State::Cached {
-                c.stats.pages_hit += 1;
-            }
-        }
-        {
-            let mut table = FileTable { core: c, file };
-            ra::drive(policy, &mut table, Request::new(first, count));
-        }
-        // Use the pages: cached ones are touched now, in-flight ones are
-        // waited for.
-        let mut waiting = 0u32;
-        let mut last_io = NIL;
-        let mut late = false;
-        for p in first..first + count {
-            let g = (base + p) as u32;
-            let page = c.pages[g as usize];
-            match page.state {
-                State::Cached => {
-                    c.pages[g as usize].readahead_unused = false;
-                    c.lru_touch(g);
-                }
-                State::Reading => {
-                    c.pages[g as usize].readahead_unused = false;
-                    if page.io != last_io {
-                        last_io = page.io;
-                        if c.is_prefetch(page.io) {
-                            late = true;
-                        }
-                        c.ios[page.io as usize].waiters.push(id);
-                        waiting += 1;
-                    }
-                }
-                State::Absent => unreachable!("drive leaves every requested page present"),
-            }
-        }
-        if late {
-            c.stats.late_prefetches += 1;
-        }
-        (waiting, len)
-    }
+/// Each file's preload where the policy is `SimPolicy::Run`.
+fn preloads(cfg: &EngineConfig, file_pages: &[u64]) -> Vec<Option<Preload>> {
+    file_pages
+        .iter()
+        .map(|&pages| {
+            (cfg.policy == SimPolicy::Run)
+                .then(|| Preload::new(pages * cfg.page_size, cfg.page_size))
+        })
+        .collect()
 }
 
 fn cpu_time(bytes: u64) -> f64 {

@@ -2,13 +2,14 @@
 
 use super::*;
 use crate::device::{Pipe, PipeParams};
+use ahead::ra::PolicyKind;
 
-fn engine(policy: PolicyKind, memory_pages: u64, file_pages: u64) -> Simulator {
+fn engine(policy: impl Into<SimPolicy>, memory_pages: u64, file_pages: u64) -> Simulator {
     Simulator::new(
         EngineConfig {
             page_size: 4096,
             memory_pages,
-            policy,
+            policy: policy.into(),
             ra: RaConfig::with_max_pages(32),
             max_io_pages: 64,
             bucket: 0.0,
@@ -71,4 +72,40 @@ fn deterministic() {
         e.run_phase(vec![seq(10_000, 8192), seq(10_000, 4096)])
     };
     assert_eq!(run(), run());
+}
+
+fn backward(file_pages: u64, record: u64) -> ReaderSpec {
+    let n = file_pages * 4096 / record;
+    ReaderSpec {
+        file: 0,
+        start: 0.0,
+        interval: 0.0,
+        depth: 1,
+        ops: Box::new((0..n).rev().map(move |i| (i * record, record))),
+    }
+}
+
+/// `ahead run` in the simulator: a forward reader gets the kernel's
+/// readahead and nothing more (the same reads as `ondemand`); a backward
+/// one gets the preload's hints once the shim has let eight jumps by, and
+/// waits for the device far less often than under `ondemand`.
+#[test]
+fn run_is_the_kernels_readahead_with_the_preloads_hints_on_top() {
+    let sim = |policy: SimPolicy, reader: fn(u64, u64) -> ReaderSpec| {
+        let mut e = engine(policy, 1 << 20, 10_000);
+        e.run_phase(vec![reader(10_000, 8192)])
+    };
+    let (kernel, run) = (SimPolicy::Engine(PolicyKind::OnDemand), SimPolicy::Run);
+    assert_eq!(sim(kernel, seq), sim(run, seq));
+    let (k, r) = (sim(kernel, backward), sim(run, backward));
+    assert_eq!(k.pages_hit, 0, "ondemand reads each backward request alone");
+    // The shim's eight jumps and the ninth, which loads the core, miss.
+    assert!((9_000..=10_000 - 18).contains(&r.pages_hit), "{r:?}");
+    assert!(r.device_ios < k.device_ios / 10, "{r:?}");
+    assert!(
+        r.seconds < k.seconds / 2.0,
+        "{} against {}",
+        r.seconds,
+        k.seconds
+    );
 }

@@ -14,8 +14,8 @@
 //! bytes, as iozone's preceding write test leaves it.
 
 use crate::device::DeviceKind;
-use crate::engine::{EngineConfig, PhaseStats, ReaderSpec, Simulator};
-use ahead::ra::{PolicyKind, RaConfig};
+use crate::engine::{EngineConfig, PhaseStats, ReaderSpec, SimPolicy, Simulator};
+use ahead::ra::RaConfig;
 use ahead::testdata::column_order;
 use ahead::units::{format_size, GIB, KIB, MIB};
 use serde::Serialize;
@@ -146,7 +146,7 @@ struct Defaults {
 #[derive(Clone, Debug)]
 pub struct SimOptions {
     /// Policies to compare.
-    pub policies: Vec<PolicyKind>,
+    pub policies: Vec<SimPolicy>,
     /// Device model.
     pub device: DeviceKind,
     /// Cache budget in bytes.
@@ -168,7 +168,7 @@ pub struct SimOptions {
 impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
-            policies: PolicyKind::ALL.to_vec(),
+            policies: SimPolicy::ENGINES.to_vec(),
             device: DeviceKind::Hdd,
             memory: None,
             record: None,
@@ -280,7 +280,7 @@ pub struct SimResult {
 fn result(
     scenario: &str,
     workload: &str,
-    policy: PolicyKind,
+    policy: SimPolicy,
     device: DeviceKind,
     record: f64,
     s: &PhaseStats,
@@ -368,7 +368,7 @@ fn setup(sc: &Scenario, o: &SimOptions) -> Result<Setup, SimError> {
 /// simulations share nothing), and returns the results in policy order.
 /// Every run is deterministic on its own, so the results are the same as
 /// one after the other, in a fraction of the wall time.
-fn per_policy(o: &SimOptions, one: impl Fn(PolicyKind) -> Vec<SimResult> + Sync) -> Vec<SimResult> {
+fn per_policy(o: &SimOptions, one: impl Fn(SimPolicy) -> Vec<SimResult> + Sync) -> Vec<SimResult> {
     let one = &one;
     std::thread::scope(|scope| {
         let runs: Vec<_> = o
@@ -382,7 +382,7 @@ fn per_policy(o: &SimOptions, one: impl Fn(PolicyKind) -> Vec<SimResult> + Sync)
     })
 }
 
-fn engine(s: &Setup, o: &SimOptions, policy: PolicyKind, files: &[u64], bucket: f64) -> Simulator {
+fn engine(s: &Setup, o: &SimOptions, policy: SimPolicy, files: &[u64], bucket: f64) -> Simulator {
     Simulator::new(
         EngineConfig {
             page_size: PAGE,

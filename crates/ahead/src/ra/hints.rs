@@ -13,6 +13,37 @@
 
 use super::{sparse::SparseTable, Policy, RaConfig, Request, Shape};
 
+/// `ahead run`'s preload: what it hands a file's [`Hinter`] and how large
+/// its windows are. The preload (crates/ahead-preload and crates/ahead-shim)
+/// decides by these, and the simulator models it by the same numbers
+/// (`ahead sim replay --policy run`).
+pub mod preload {
+    /// The policy's largest window: 2 MiB, past the kernel's 128 KiB default
+    /// (read_ahead_kb) and as large as the windows Direct mode reads, so
+    /// that a backward stream keeps several device reads in flight.
+    pub const MAX_WINDOW: u64 = 2 << 20;
+
+    /// The kernel's default readahead window, 128 KiB (`VM_READAHEAD_PAGES`,
+    /// what `read_ahead_kb` starts at): the kernel's first window reads a
+    /// file of at most this size in one go, so the preload passes over
+    /// every read of it.
+    pub const SMALL_FILE: u64 = 128 << 10;
+
+    /// Reads in a row that continue the last one and are still sent to the
+    /// policy: 8 (32 KiB of 4 KiB reads), more than a row of pages read
+    /// forward inside a backward scan. Passing every continuation over left
+    /// a backward scan of 38,508 rows of 8,145 bytes (`order by id desc`)
+    /// with no hint at all (its windows 46% used, as the helper saw them:
+    /// 0.99x plain, 6.2 s, where the simulator puts it at 0.15x).
+    pub const FORWARD_RUN: u32 = 8;
+
+    /// Reads of a descriptor that are not forward, passed on before the
+    /// core is loaded: the core is loaded at the ninth. The shim, which
+    /// links nothing of this crate, has its own copy (`fds::HOLD`), and its
+    /// test checks that the two agree.
+    pub const SHIM_HOLD: u8 = 8;
+}
+
 /// Most pages the table remembers; past it the table starts afresh (the
 /// policy then sees a cold file and re-learns its streams).
 pub(crate) const TABLE_PAGES: usize = 1 << 16;

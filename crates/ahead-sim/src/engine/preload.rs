@@ -1,0 +1,197 @@
+//! `ahead run` in the simulator (`--policy run`): the kernel reads as it
+//! does for any program (`ondemand`), and the preload's hints arrive on
+//! top. The preload hands the `ahead` policy only some of a program's
+//! reads, and this is a model of which, one file read through one
+//! descriptor, cold, without `--stats`:
+//!
+//! * **The shim** (crates/ahead-shim, `fds.rs`) passes on reads that
+//!   continue the last one, and the first [`SHIM_HOLD`] that do not; the
+//!   next loads the core, which is handed the last of them.
+//! * **The core** (crates/ahead-preload, `quiet.rs`) passes over every
+//!   read of a file of at most [`SMALL_FILE`] bytes, and reads that
+//!   continue the last one except the first [`FORWARD_RUN`] of a run in a
+//!   file read otherwise at least twice; it holds the first read it would
+//!   send, and sends it with the second.
+//! * **The helper** (`helper/mod.rs`) gives each read it gets to a
+//!   [`Hinter`], flagged sequential where it began at the end of the one
+//!   before, and hints what comes back (`POSIX_FADV_WILLNEED`: readahead
+//!   with no marker, which the kernel's readahead does not see as its own).
+//!
+//! What it leaves out: time (the helper's hints land as the read that
+//! prompted them returns, where the real helper naps up to a millisecond),
+//! files already cached, several descriptors of one file, and the fork of
+//! a process. The numbers are the preload's own
+//! ([`ahead::ra::hints::preload`]).
+
+use ahead::ra::hints::preload::{FORWARD_RUN, MAX_WINDOW, SHIM_HOLD, SMALL_FILE};
+use ahead::ra::hints::{self, Hinter};
+use ahead::ra::{new_policy, PolicyKind};
+
+/// A read, as (offset, length) in bytes.
+type Read = (u64, u64);
+
+/// What the shim knows of the descriptor before the core is loaded.
+#[derive(Debug, Default)]
+struct Shim {
+    loaded: bool,
+    /// Where the last read ended.
+    next: u64,
+    held: u8,
+    last_held: Option<Read>,
+}
+
+/// The core's state for the descriptor.
+#[derive(Debug, Default)]
+struct Core {
+    next: u64,
+    run: u32,
+    jumps: u8,
+    /// The first read it would have sent, held; `Some(None)` once sent.
+    held: Option<Option<Read>>,
+}
+
+/// The preload's view of one file read through one descriptor.
+pub(crate) struct Preload {
+    size: u64,
+    shim: Shim,
+    core: Core,
+    /// Where the last read the helper got ended.
+    helper_end: u64,
+    hinter: Hinter,
+}
+
+impl Preload {
+    /// For a file of `size` bytes in pages of `page` bytes.
+    pub(crate) fn new(size: u64, page: u64) -> Preload {
+        Preload {
+            size,
+            shim: Shim::default(),
+            core: Core::default(),
+            helper_end: 0,
+            hinter: Hinter::new(
+                new_policy(PolicyKind::Ahead, hints::config(MAX_WINDOW, page)),
+                size,
+                page,
+            ),
+        }
+    }
+
+    /// The program read `len` bytes at `offset`: the byte runs the helper
+    /// hints for it, appended to `out`.
+    pub(crate) fn read(&mut self, offset: u64, len: u64, out: &mut Vec<Read>) {
+        let mut sent = [None, None];
+        self.gate(offset, len, &mut sent);
+        for (at, n) in sent.into_iter().flatten() {
+            let sequential = self.helper_end == at;
+            self.helper_end = at.saturating_add(n);
+            self.hinter.request(at, n, false, sequential, out);
+        }
+    }
+
+    /// Which reads reach the helper for this one: none, it alone, or a
+    /// held one before it.
+    fn gate(&mut self, offset: u64, len: u64, sent: &mut [Option<Read>; 2]) {
+        let end = offset.saturating_add(len);
+        let s = &mut self.shim;
+        if !s.loaded {
+            let forward = s.next == offset;
+            s.next = end;
+            if forward {
+                return;
+            }
+            if s.held < SHIM_HOLD {
+                s.held += 1;
+                s.last_held = Some((offset, len));
+                return;
+            }
+            s.loaded = true;
+            // The core is handed the last held read (`ahead_core_held`).
+            if let Some((at, n)) = s.last_held {
+                self.core.next = at.saturating_add(n);
+                self.core.held = Some(Some((at, n)));
+            }
+        }
+        if self.size <= SMALL_FILE {
+            return;
+        }
+        let c = &mut self.core;
+        let follows = c.next == offset;
+        c.next = end;
+        let pass = if follows {
+            let run = c.run;
+            c.run += 1;
+            run >= FORWARD_RUN || c.jumps < 2
+        } else {
+            c.run = 0;
+            c.jumps = (c.jumps + 1).min(2);
+            false
+        };
+        if pass {
+            return;
+        }
+        match c.held {
+            None => c.held = Some(Some((offset, len))),
+            Some(None) => sent[0] = Some((offset, len)),
+            Some(Some(h)) => {
+                c.held = Some(None);
+                *sent = [Some(h), Some((offset, len))];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAGE: u64 = 4096;
+
+    fn hinted(p: &mut Preload, reads: impl IntoIterator<Item = Read>) -> Vec<u64> {
+        reads
+            .into_iter()
+            .map(|(at, n)| {
+                let mut out = Vec::new();
+                p.read(at, n, &mut out);
+                out.iter().map(|r| r.1 / PAGE).sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_backward_scan_is_hinted_from_the_shims_ninth_jump() {
+        let size = 64 << 20;
+        let mut p = Preload::new(size, PAGE);
+        let reads = (1..=64).map(|i| (size - i * 8192, 8192));
+        let pages = hinted(&mut p, reads);
+        // Eight jumps pass without the core; the ninth loads it, and goes
+        // to the helper with the eighth (which the core holds as its own
+        // first read).
+        assert!(pages[..8].iter().all(|&n| n == 0), "{pages:?}");
+        assert!(pages[8..].iter().sum::<u64>() >= 64, "{pages:?}");
+    }
+
+    #[test]
+    fn forward_reads_small_files_and_a_few_jumps_are_never_hinted() {
+        let mut p = Preload::new(64 << 20, PAGE);
+        let pages = hinted(&mut p, (0..512).map(|i| (i * 65536, 65536)));
+        assert!(pages.iter().all(|&n| n == 0));
+        let mut p = Preload::new(SMALL_FILE, PAGE);
+        let pages = hinted(&mut p, (0..32).rev().map(|i| (i * 4096, 4096)));
+        assert!(pages.iter().all(|&n| n == 0));
+        // A database's header, then a lookup or two: eight jumps.
+        let mut p = Preload::new(64 << 20, PAGE);
+        let reads = [
+            0,
+            24,
+            50 << 20,
+            30 << 20,
+            12 << 20,
+            40 << 20,
+            8 << 20,
+            60 << 20,
+            2 << 20,
+        ];
+        let pages = hinted(&mut p, reads.map(|at| (at, 4096)));
+        assert!(pages.iter().all(|&n| n == 0), "{pages:?}");
+    }
+}
