@@ -36,9 +36,10 @@ const OTHER: u8 = 2;
 /// loaded: the core is loaded at the ninth. Loading it costs a process
 /// about 0.6 ms here (the library mapped, its queue made, a helper thread
 /// started: a cold sqlite3 lookup of 7.7 ms took 0.74 ms longer with it,
-/// medians of 41 alternated runs on the steady device). Eight reads of a
-/// fast device take about that long (75 µs each under the 20,000 IOPS
-/// cap), so a program that jumps fewer times in a file could not win back
+/// medians of 41 alternated runs on this machine's disk). Eight reads of
+/// a fast device take about that long (75 µs each under the steady
+/// device's 20,000 IOPS), so a program that jumps fewer times in a file
+/// could not win back
 /// what the core costs even if every read were hinted: `tail -n` of a few
 /// hundred lines, a database's header and a lookup or two. A stream of
 /// more reads is seen by the core from its ninth, and the eighth is
