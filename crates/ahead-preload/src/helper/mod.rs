@@ -493,13 +493,10 @@ fn still(fd: c_int, gen: u32) -> bool {
 }
 
 impl State {
-    /// Starts the record of the file `ev` is the first event of: its name
-    /// (sent by the core, else read from /proc while the descriptor still
-    /// means it), its number, its hinter (readahead mode) and its trace
-    /// header (trace mode).
-    fn track(&mut self, ev: &Event, page: u64) {
-        let size = ev.size;
-        let path = match self.names.remove(&(ev.fd, ev.gen)) {
+    /// The name of the file `ev` is the first event of: the one the core
+    /// sent, else read from /proc while the descriptor still means it.
+    fn name_of(&mut self, ev: &Event) -> String {
+        match self.names.remove(&(ev.fd, ev.gen)) {
             Some(n) => {
                 let mut p = String::from_utf8_lossy(&n.bytes[..n.len as usize]).into_owned();
                 if n.len as usize == NAME_MAX {
@@ -515,6 +512,21 @@ impl State {
                     format!("(descriptor {} closed before it was named)", ev.fd)
                 }
             }
+        }
+    }
+
+    /// Starts the record of the file `ev` is the first event of: its name
+    /// where it will be printed ([`State::name_of`]), its number, its hinter
+    /// (readahead mode) and its trace header (trace mode).
+    fn track(&mut self, ev: &Event, page: u64) {
+        let size = ev.size;
+        // The name is printed only in a trace or the statistics: for hints
+        // alone, no readlink of /proc per file.
+        let printed = config().is_some_and(|c| c.stats.is_some() || c.trace.is_some());
+        let path = if printed {
+            self.name_of(ev)
+        } else {
+            String::new()
         };
         // Names of descriptors that never had an event go too.
         if self.names.len() > NAMES {
