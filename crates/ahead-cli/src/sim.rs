@@ -112,6 +112,13 @@ pub fn run(args: SimArgs) -> Result<()> {
         device.build().describe(),
         wall.as_secs_f64()
     );
+    if let Some(kib) = rows.iter().find_map(|r| r.max_readahead_kib) {
+        // Given, else the trace's `# readahead` line, else 128 KiB.
+        outln!(
+            "the kernel's largest readahead window: {}",
+            ahead::units::format_size(kib << 10)
+        );
+    }
     if args.no_context_readahead {
         outln!("ondemand runs without context readahead (as in Linux 2.6.21)");
     }

@@ -399,6 +399,23 @@ fn a_trace_records_reads_and_replays() {
     let rows = rows.as_array().unwrap();
     let ahead_row = rows.iter().find(|r| r["policy"] == "ahead").unwrap();
     let ondemand = rows.iter().find(|r| r["policy"] == "ondemand").unwrap();
+    // The file's device's readahead, where sysfs names the device, is in
+    // the trace, and the replay gives it to the kernel's policy.
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(&file).unwrap().dev();
+    let ra_line = text.lines().find(|l| l.starts_with("# readahead "));
+    match ahead::features::device_of(dev).and_then(|d| d.read_ahead_kb) {
+        Some(kb) => {
+            let line = ra_line.expect("no '# readahead' line for a file on a block device");
+            assert!(line.ends_with(&format!(" {}", kb << 10)), "{line}");
+            assert_eq!(ondemand["max_readahead_kib"], kb, "{rows:?}");
+        }
+        None => {
+            eprintln!("SKIP: the scratch directory's device has no read_ahead_kb in sysfs");
+            assert_eq!(ra_line, None);
+            assert_eq!(ondemand["max_readahead_kib"], 128, "{rows:?}");
+        }
+    }
     // tac's backward walk: ahead far ahead of the kernel's policy.
     let tput = |r: &serde_json::Value| r["throughput_mb_s"].as_f64().unwrap();
     assert!(tput(ahead_row) > 3.0 * tput(ondemand), "{rows:?}");

@@ -147,6 +147,41 @@ fn replay_a_trace() {
     assert_eq!(v[0]["workload"], "replay");
 }
 
+/// A trace's `# readahead` line is the kernel's window in the replay,
+/// unless `--max-readahead` says otherwise: a forward read of 16 MiB is
+/// read in I/Os of up to 8 MiB, not 128 KiB.
+#[test]
+fn a_trace_gives_the_kernels_readahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.trace");
+    let mut text = String::from("# file 7:1 16777216 /data/f\n# readahead 7:1 8388608\n");
+    for i in 0..4096u64 {
+        text.push_str(&format!("{} 4096 3 file=7:1\n", i * 4096));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["sim", "replay", trace.to_str().unwrap()];
+        args.extend_from_slice(&["--policy", "ondemand", "--device", "fast", "--json"]);
+        args.extend_from_slice(extra);
+        let o = ahead(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0].clone()
+    };
+    let traced = run(&[]);
+    assert_eq!(traced["max_readahead_kib"], 8192, "{traced}");
+    let given = run(&["--max-readahead", "128k"]);
+    assert_eq!(given["max_readahead_kib"], 128, "{given}");
+    let io = |r: &serde_json::Value| r["avg_io_kib"].as_f64().unwrap();
+    assert!(io(&traced) > 1024.0, "{traced}");
+    assert!(io(&given) <= 128.0, "{given}");
+    // A bad line is an error that names it.
+    std::fs::write(&trace, "# readahead 7:1 lots\n0 4096\n").unwrap();
+    let o = ahead(&["sim", "replay", trace.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("readahead 'lots'"), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_input_is_one_line_and_nonzero() {
     let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,9 @@
 //! a recording must be whole.
 //!
 //! **Trace format** (`ahead sim replay` reads it): `#` lines are comments;
-//! `# file ID SIZE PATH` names a file; each read is
+//! `# file ID SIZE PATH` names a file, and `# readahead ID BYTES` gives
+//! the kernel's largest readahead window for its device (sysfs's
+//! `read_ahead_kb`, where sysfs names the device); each read is
 //! `OFFSET LENGTH STREAM file=ID tid=TID t=NS`, where STREAM is the
 //! descriptor, ID is `PID:N` (N counts the files a process opened), TID the
 //! thread and NS `CLOCK_MONOTONIC` in nanoseconds. LENGTH is what the read
@@ -19,6 +21,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::num::NonZeroU64;
 use std::os::fd::BorrowedFd;
+use std::os::unix::fs::MetadataExt as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -541,14 +544,17 @@ impl State {
             )
         });
         if mode() == Mode::Trace {
-            let _ = writeln!(
-                self.trace,
-                "# file {}:{} {} {}",
-                std::process::id(),
-                self.files,
-                size,
-                path
-            );
+            let id = format!("{}:{}", std::process::id(), self.files);
+            let _ = writeln!(self.trace, "# file {id} {size} {path}");
+            // The kernel's largest readahead window for the file's device,
+            // which a replay of the trace gives the kernel's policy.
+            if let Some(kb) = std::fs::metadata(&path)
+                .ok()
+                .and_then(|m| ahead::features::device_of(m.dev()))
+                .and_then(|d| d.read_ahead_kb)
+            {
+                let _ = writeln!(self.trace, "# readahead {id} {}", kb << 10);
+            }
         }
         self.open.insert(
             ev.fd,

@@ -42,12 +42,14 @@
 //! # Capped volumes (`cloud`, `small-cloud`, `fast`, `BPS,IOPS`)
 //!
 //! What `ahead bench --device` and a provisioned cloud volume enforce: a
-//! fast device behind a bandwidth cap and an IOPS cap (cgroup `io.max`).
-//! Both caps count totals: the n-th I/O, after B bytes in all, is let
-//! through no sooner than n ÷ IOPS and B ÷ bandwidth after the start
-//! ([`Capped`]), then takes the device's own latency. The same profiles as
+//! fast device behind a bandwidth cap and an IOPS cap (a cgroup's
+//! throttle). As the kernel's throttle does, the caps are applied in
+//! windows of 100 ms: each window lets its share of I/Os and bytes through
+//! at once, and an I/O beyond it waits for the next window ([`Capped`]);
+//! then the I/O takes the device's own latency. The same profiles as
 //! `ahead bench --device`, so a trace replayed on one predicts a real run
-//! on the steady device.
+//! on the steady device. `BPS,IOPS[,LATENCY]` sets the caps (and the
+//! device's latency per I/O, `55us` by default).
 //!
 //! # Object stores behind a network (`s3`)
 //!
@@ -180,24 +182,46 @@ impl FromStr for DeviceKind {
                     ahead::ParseError::new(
                         "device",
                         s,
-                        "hdd, ssd, net, s3, cloud, small-cloud, fast or BPS,IOPS",
+                        "hdd, ssd, net, s3, cloud, small-cloud, fast or BPS,IOPS[,LATENCY]",
                     )
                 };
-                let (b, i) = other.split_once(',').ok_or_else(bad)?;
+                let mut fields = other.split(',');
+                let (Some(b), Some(i)) = (fields.next(), fields.next()) else {
+                    return Err(bad());
+                };
                 let bps = ahead::units::parse_size(b.trim()).map_err(|_| bad())?;
                 let iops: u64 = i.trim().parse().map_err(|_| bad())?;
-                if bps == 0 || iops == 0 {
+                let latency = match fields.next() {
+                    Some(l) => parse_latency(l.trim()).ok_or_else(bad)?,
+                    None => CappedParams::FAST.latency,
+                };
+                if bps == 0 || iops == 0 || fields.next().is_some() {
                     return Err(bad());
                 }
                 Ok(DeviceKind::Capped(CappedParams {
                     name: "custom",
                     bps: bps as f64,
                     iops: iops as f64,
+                    latency,
                     ..CappedParams::FAST
                 }))
             }
         }
     }
+}
+
+/// A latency such as `55us`, `0.2ms` or `1e-4s` (seconds without a unit),
+/// finite and not negative.
+fn parse_latency(s: &str) -> Option<f64> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("us").or_else(|| s.strip_suffix("µs")) {
+        (n, 1e-6)
+    } else if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else {
+        (s.strip_suffix('s').unwrap_or(s), 1.0)
+    };
+    let v = num.trim().parse::<f64>().ok()? * scale;
+    (v.is_finite() && v >= 0.0).then_some(v)
 }
 
 #[cfg(test)]

@@ -275,6 +275,10 @@ pub struct SimResult {
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_readahead: Option<bool>,
+    /// Replay only: the kernel's largest readahead window, KiB (given, the
+    /// trace's `# readahead` line, or the default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_readahead_kib: Option<u64>,
 }
 
 fn result(
@@ -309,6 +313,7 @@ fn result(
         min_avg_io_kib: None,
         timeline_mb_s: None,
         context_readahead: None,
+        max_readahead_kib: None,
     }
 }
 
@@ -424,7 +429,7 @@ pub fn run(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
         Scenario::Interleaved => interleaved(sc, o),
         Scenario::Thrash => thrash(sc, o),
         Scenario::Remote => remote::remote(sc, o),
-        Scenario::Replay(path) => replay(sc, o, path),
+        Scenario::Replay(path) => trace::replay(sc, o, path),
     }?;
     if !o.context_readahead {
         for r in rows.iter_mut().filter(|r| r.policy == "ondemand") {
@@ -627,54 +632,6 @@ fn thrash(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
         r.min_avg_io_kib = Some(if min_io.is_finite() { min_io } else { 0.0 });
         r.timeline_mb_s = Some(tl.iter().map(|b| b.0 as f64 / 1e6).collect());
         out.push(r);
-        out
-    }))
-}
-
-fn replay(
-    sc: &Scenario,
-    o: &SimOptions,
-    path: &std::path::Path,
-) -> Result<Vec<SimResult>, SimError> {
-    let trace = load_trace(path, o.trace_file.as_deref())?;
-    let ops = &trace.ops;
-    let mut s = setup(sc, o)?;
-    // Each file sized to the larger of its recorded size and its reads
-    // (the simulated file is the first file when there is one).
-    let sizes: Vec<u64> = (0..trace.files.len())
-        .map(|i| {
-            let end = ops
-                .iter()
-                .filter(|op| op.file == i)
-                .map(|op| op.offset + op.len)
-                .max()
-                .unwrap_or(0);
-            let recorded = trace.files[i].size.unwrap_or(0);
-            o.file_size.unwrap_or(0).max(end).max(recorded).max(PAGE)
-        })
-        .collect();
-    s.file = sizes.iter().copied().max().unwrap_or(PAGE);
-    let pages: Vec<u64> = sizes.iter().map(|b| b.div_ceil(PAGE)).collect();
-    let mut streams: Vec<(usize, u64)> = ops.iter().map(|op| (op.file, op.stream)).collect();
-    streams.sort_unstable();
-    streams.dedup();
-    let mean = ops.iter().map(|op| op.len).sum::<u64>() as f64 / ops.len() as f64;
-    Ok(per_policy(o, |policy| {
-        let mut out = Vec::new();
-        let mut e = engine(&s, o, policy, &pages, 0.0);
-        let readers = streams
-            .iter()
-            .map(|&(file, id)| {
-                let mine: Vec<(u64, u64)> = ops
-                    .iter()
-                    .filter(|op| op.stream == id && op.file == file)
-                    .map(|op| (op.offset, op.len))
-                    .collect();
-                reader(file, mine.into_iter())
-            })
-            .collect();
-        let stats = e.run_phase(readers);
-        out.push(result(sc.name(), "replay", policy, o.device, mean, &stats));
         out
     }))
 }

@@ -2,7 +2,8 @@
 //! `offset length [stream]` lines): parsing, loading (plain or gzip), and
 //! keeping one file of several.
 
-use super::SimError;
+use super::{engine, per_policy, reader, result, setup, Scenario, SimError, SimOptions, SimResult};
+use super::{KIB, PAGE};
 
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +28,10 @@ pub struct TraceFile {
     pub size: Option<u64>,
     /// Its path, from the same line.
     pub path: Option<String>,
+    /// The kernel's largest readahead window for its device, in bytes,
+    /// from a `# readahead ID BYTES` line (`ahead trace` writes one where
+    /// sysfs names the device's `read_ahead_kb`).
+    pub readahead: Option<u64>,
 }
 
 /// A parsed trace.
@@ -89,7 +94,8 @@ impl Trace {
 /// Parses a trace: one read per line, `offset length [stream-id]
 /// [file=ID] [tid=N] [t=NS]`, sizes in bytes or with units (`64k`); blank
 /// lines and `#` comments are skipped, except `# file ID SIZE PATH`,
-/// which names a file (`ahead trace` writes both).
+/// which names a file, and `# readahead ID BYTES`, the kernel's largest
+/// window for its device (`ahead trace` writes all three).
 pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError> {
     let mut trace = Trace::default();
     // A trace without file= fields reads one file.
@@ -117,6 +123,22 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
                 let i = trace.file_index(id);
                 trace.files[i].size = Some(size);
                 trace.files[i].path = f.next().map(str::to_string);
+            }
+            continue;
+        }
+        if let Some(rest) = raw.trim_start().strip_prefix("# readahead ") {
+            let mut f = rest.split_whitespace();
+            let (Some(id), Some(bytes), None) = (f.next(), f.next(), f.next()) else {
+                return Err(bad(format!(
+                    "expected '# readahead ID BYTES', found '{raw}'"
+                )));
+            };
+            let bytes = bytes
+                .parse::<u64>()
+                .map_err(|_| bad(format!("readahead '{bytes}' is not a whole number")))?;
+            if !plain {
+                let i = trace.file_index(id);
+                trace.files[i].readahead = Some(bytes);
             }
             continue;
         }
@@ -194,4 +216,66 @@ pub fn load_trace(path: &std::path::Path, which: Option<&str>) -> Result<Trace, 
         trace.only(w).map_err(SimError::Usage)?;
     }
     Ok(trace)
+}
+
+/// `replay`: the trace's reads, one reader per stream, on every policy.
+pub(super) fn replay(
+    sc: &Scenario,
+    o: &SimOptions,
+    path: &std::path::Path,
+) -> Result<Vec<SimResult>, SimError> {
+    let trace = load_trace(path, o.trace_file.as_deref())?;
+    let ops = &trace.ops;
+    let mut s = setup(sc, o)?;
+    // The kernel's window is its device's, where the trace says so (the
+    // largest of the files replayed), within half the cache.
+    if o.max_readahead.is_none() {
+        let recorded = (0..trace.files.len())
+            .filter(|&i| ops.iter().any(|op| op.file == i))
+            .filter_map(|i| trace.files[i].readahead)
+            .max();
+        if let Some(bytes) = recorded {
+            s.max_ra_pages = (bytes.min(s.memory / 2) / PAGE).max(1);
+        }
+    }
+    // Each file sized to the larger of its recorded size and its reads
+    // (the simulated file is the first file when there is one).
+    let sizes: Vec<u64> = (0..trace.files.len())
+        .map(|i| {
+            let end = ops
+                .iter()
+                .filter(|op| op.file == i)
+                .map(|op| op.offset + op.len)
+                .max()
+                .unwrap_or(0);
+            let recorded = trace.files[i].size.unwrap_or(0);
+            o.file_size.unwrap_or(0).max(end).max(recorded).max(PAGE)
+        })
+        .collect();
+    s.file = sizes.iter().copied().max().unwrap_or(PAGE);
+    let pages: Vec<u64> = sizes.iter().map(|b| b.div_ceil(PAGE)).collect();
+    let mut streams: Vec<(usize, u64)> = ops.iter().map(|op| (op.file, op.stream)).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let mean = ops.iter().map(|op| op.len).sum::<u64>() as f64 / ops.len() as f64;
+    Ok(per_policy(o, |policy| {
+        let mut out = Vec::new();
+        let mut e = engine(&s, o, policy, &pages, 0.0);
+        let readers = streams
+            .iter()
+            .map(|&(file, id)| {
+                let mine: Vec<(u64, u64)> = ops
+                    .iter()
+                    .filter(|op| op.stream == id && op.file == file)
+                    .map(|op| (op.offset, op.len))
+                    .collect();
+                reader(file, mine.into_iter())
+            })
+            .collect();
+        let stats = e.run_phase(readers);
+        let mut r = result(sc.name(), "replay", policy, o.device, mean, &stats);
+        r.max_readahead_kib = Some(s.max_ra_pages * PAGE / KIB);
+        out.push(r);
+        out
+    }))
 }
