@@ -424,6 +424,81 @@ fn a_trace_records_reads_and_replays() {
     assert!(stderr(&o).contains("no file 'nope'"), "{}", stderr(&o));
 }
 
+/// A program that reads a file through a mapping: `ahead trace` records
+/// its page faults as one-page reads marked `map=1` (where the kernel lets
+/// a process sample its own faults), and the simulator serves them as the
+/// kernel does, reading around each miss.
+#[test]
+fn a_trace_records_the_page_faults_of_a_mapped_file() {
+    let Some(python) = need(&["python3"], "python3 to map a file") else {
+        return;
+    };
+    let dir = scratch();
+    let file = gen(dir.path(), "mapped", 4 << 20);
+    let trace = dir.path().join("map.trace");
+    // Every 64th page, forward.
+    let script = format!(
+        "import mmap\nf = open({:?}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nprint(sum(m[i] for i in range(0, len(m), 256 << 10)))",
+        s(&file)
+    );
+    let o = out(&mut ahead_cmd(&[
+        "trace",
+        "-o",
+        s(&trace),
+        "--",
+        s(&python),
+        "-c",
+        &script,
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    if let Some(why) = text
+        .lines()
+        .find(|l| l.starts_with("# page faults in mapped files not recorded"))
+    {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let id = text
+        .lines()
+        .find(|l| l.starts_with("# file ") && l.ends_with(s(&file)))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .expect("a '# file' line for the mapped file");
+    let faults: Vec<u64> = text
+        .lines()
+        .filter(|l| l.ends_with(" map=1") && l.contains(&format!(" file={id} ")))
+        .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+        .collect();
+    // The pages touched are 256 KiB apart; how many of them fault depends
+    // on the folios the cache holds (a fault maps a whole large folio), but
+    // every fault is at a page touched, in the order touched.
+    assert!(faults.first() == Some(&0), "{faults:?}");
+    assert!(
+        faults.iter().all(|f| f % (256 << 10) == 0 && *f < 4 << 20),
+        "{faults:?}"
+    );
+    assert!(faults.windows(2).all(|w| w[0] < w[1]), "{faults:?}");
+    let o = ahead(&[
+        "sim",
+        "replay",
+        s(&trace),
+        "--trace-file",
+        "mapped",
+        "--device",
+        "ssd",
+        "--policy",
+        "ondemand",
+        "--max-readahead",
+        "1m",
+        "--json",
+    ]);
+    let rows = common::ok_json(&o);
+    // Read-around: a miss reads the window around it (1 MiB here), where a
+    // read of the page would read the page.
+    let amp = rows[0]["read_amplification"].as_f64().unwrap();
+    assert!(amp >= 4.0, "{rows}");
+}
+
 /// A program that maps a file instead of reading it: the stats say so
 /// (`maps`), since nothing read through the mapping is seen.
 #[test]

@@ -568,13 +568,24 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 
 // ---- mappings (counted: reads through them are not seen) ----
 
-fn mapped(fd: c_int) {
+fn mapped(fd: c_int, addr: *mut c_void, len: size_t, offset: i64) {
     if fd < 0 || !may_act() || matches!(mode(), Mode::Off) {
         return;
     }
     let e = crate::errno();
     if let Some((_, gen)) = regular(fd) {
-        helper::note(Kind::Map, fd, gen, 0, 0);
+        if matches!(mode(), Mode::Trace) {
+            // Before the program touches the mapping.
+            helper::faults::watch_this_thread();
+        }
+        helper::note_map(
+            Kind::Map,
+            fd,
+            gen,
+            addr as u64,
+            len as u64,
+            offset.max(0) as u64,
+        );
     }
     crate::set_errno(e);
 }
@@ -595,7 +606,8 @@ macro_rules! mmap_hook {
             let real = real!($name: fn(*mut c_void, size_t, c_int, c_int, c_int, $off) -> *mut c_void);
             // SAFETY: the caller's arguments, passed on unchanged to the
             // function the caller meant to call.
-            noted_map(real.map(|f| unsafe { f(addr, len, prot, flags, fd, off) }), flags, fd)
+            let r = real.map(|f| unsafe { f(addr, len, prot, flags, fd, off) });
+            noted_map(r, flags, fd, len, off as i64)
         }
     };
 }
@@ -604,13 +616,32 @@ mmap_hook!(mmap64, off64_t);
 
 /// What a mapping call returns (`None`: the real call was not found,
 /// ENOSYS), having counted a mapping of a file.
-fn noted_map(r: Option<*mut c_void>, flags: c_int, fd: c_int) -> *mut c_void {
+fn noted_map(
+    r: Option<*mut c_void>,
+    flags: c_int,
+    fd: c_int,
+    len: size_t,
+    offset: i64,
+) -> *mut c_void {
     let Some(r) = r else {
         crate::set_errno(libc::ENOSYS);
         return libc::MAP_FAILED;
     };
     if r != libc::MAP_FAILED && flags & libc::MAP_ANONYMOUS == 0 {
-        mapped(fd);
+        mapped(fd, r, len, offset);
+    }
+    r
+}
+
+/// `munmap`: in a trace, the faults of the addresses it frees are no
+/// longer the file's.
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    let r = call!(munmap: fn(*mut c_void, size_t) -> c_int; addr, len);
+    if r == 0 && matches!(mode(), Mode::Trace) && may_act() {
+        let e = crate::errno();
+        helper::note_map(Kind::Unmap, -1, 0, addr as u64, len as u64, 0);
+        crate::set_errno(e);
     }
     r
 }

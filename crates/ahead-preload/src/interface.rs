@@ -58,6 +58,7 @@ macro_rules! preload_interface {
                 fclose(*mut FILE) -> c_int;
                 mmap(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
                 mmap64(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
+                munmap(*mut c_void, size_t) -> c_int;
             }
             // The shim only: it follows descriptors' positions until the
             // core is loaded; then its calls find the C library's lseek

@@ -436,6 +436,7 @@ preload_interface!(shim crate);
 // Mappings (counted by the core for --stats).
 hook!(mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
 hook!(mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
+hook!(munmap(addr: *mut c_void, len: size_t) -> c_int, Wants::Nothing, -1);
 
 /// `new` is a duplicate of `old`: the two share one position, which
 /// either may move.

@@ -232,6 +232,7 @@ fn simulate(case: &Case, policy: PolicyKind, device: DeviceKind) -> PhaseStats {
         interval: 0.0,
         depth: 1,
         ops: Box::new(ops.into_iter()),
+        page_faults: false,
     }])
 }
 

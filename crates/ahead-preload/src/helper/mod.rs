@@ -33,6 +33,7 @@ use libc::c_int;
 
 use crate::{mode, Mode, RUNTIME};
 
+pub(crate) mod faults;
 mod report;
 
 use report::FileStats;
@@ -58,8 +59,10 @@ pub(crate) enum Kind {
     Read,
     Write,
     /// The file was mapped (`mmap`): what is read through the mapping is
-    /// not seen.
+    /// not seen (but in a trace, its page faults are: `faults.rs`).
     Map,
+    /// `[addr, addr + len)` was unmapped (traced only).
+    Unmap,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -71,6 +74,8 @@ struct Event {
     size: u64,
     offset: u64,
     len: u64,
+    /// Where a mapping begins (`Map`, `Unmap`).
+    addr: u64,
     tid: u32,
     t: u64,
 }
@@ -232,10 +237,16 @@ pub(crate) fn name(fd: c_int, gen: u32) {
 
 /// Queues one read or write for the helper.
 pub(crate) fn note(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
-    crate::busy_during(|| note_inner(kind, fd, gen, offset, len))
+    crate::busy_during(|| note_inner(kind, fd, gen, offset, len, 0))
 }
 
-fn note_inner(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
+/// A mapping of `len` bytes at `addr` of the file `fd` from `offset`
+/// (`Map`), or an unmapping of `[addr, addr + len)` (`Unmap`, `fd` -1).
+pub(crate) fn note_map(kind: Kind, fd: c_int, gen: u32, addr: u64, len: u64, offset: u64) {
+    crate::busy_during(|| note_inner(kind, fd, gen, offset, len, addr))
+}
+
+fn note_inner(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64, addr: u64) {
     let Some(rt) = runtime_or_make() else { return };
     if rt.exiting.load(Ordering::Relaxed) {
         return;
@@ -248,6 +259,7 @@ fn note_inner(kind: Kind, fd: c_int, gen: u32, offset: u64, len: u64) {
         size: crate::slot(fd).map_or(0, |s| s.size.load(Ordering::Relaxed)),
         offset,
         len,
+        addr,
         tid: if trace {
             rustix::thread::gettid().as_raw_nonzero().get() as u32
         } else {
@@ -347,6 +359,8 @@ fn helper_loop(rt: &'static Runtime) {
     let mut last_event = std::time::Instant::now();
     loop {
         let mut any = false;
+        // Faults up to here are written after the events queued before it.
+        let faults_until = faults::sampling().then(now_ns);
         if let Ok(mut st) = rt.state.lock() {
             while let Some(ev) = rt.queue.pop() {
                 any = true;
@@ -358,6 +372,9 @@ fn helper_loop(rt: &'static Runtime) {
                     st.names.insert((n.fd, n.gen), n);
                 }
                 st.handle(ev, page, &mut runs);
+            }
+            if let Some(t) = faults_until {
+                st.write_faults(t);
             }
             st.flush_trace(&rt.config, false);
         }
@@ -373,7 +390,8 @@ fn helper_loop(rt: &'static Runtime) {
         // Idle. While the program is active, nap a millisecond at a time
         // and let hooks queue without waking us (a wake-up is a system
         // call per read); after a quiet spell, sleep until a hook wakes us.
-        let quiet = last_event.elapsed() > QUIET;
+        // Faults wake no one: while they are sampled, nap.
+        let quiet = last_event.elapsed() > QUIET && !faults::sampling();
         let state = if quiet { DEEP } else { NAP };
         rt.sleeping.store(state, Ordering::SeqCst);
         if !rt.queue.is_empty() {
@@ -477,6 +495,11 @@ pub(crate) struct State {
     done: Vec<FileStats>,
     trace: String,
     files: u64,
+    /// Trace mode: where files are mapped, and faults sampled but not yet
+    /// written (`faults.rs`).
+    maps: Vec<faults::Mapping>,
+    faults: Vec<faults::Fault>,
+    faults_lost: u64,
 }
 
 fn fd_size(fd: c_int) -> Option<u64> {
@@ -575,6 +598,13 @@ impl State {
     }
 
     fn handle(&mut self, ev: Event, page: u64, runs: &mut Vec<(u64, u64)>) {
+        if mode() == Mode::Trace && faults::sampling() {
+            self.write_faults(ev.t);
+        }
+        if ev.kind == Kind::Unmap {
+            faults::unmapped(&mut self.maps, ev.addr, ev.len, ev.t);
+            return;
+        }
         let stale = self.open.get(&ev.fd).is_some_and(|o| o.gen != ev.gen);
         if stale {
             if let Some(o) = self.open.remove(&ev.fd) {
@@ -589,6 +619,17 @@ impl State {
         };
         if ev.kind == Kind::Map {
             o.stats.maps += 1;
+            if mode() == Mode::Trace {
+                self.maps.push(faults::Mapping {
+                    start: ev.addr,
+                    end: ev.addr.saturating_add(ev.len),
+                    offset: ev.offset,
+                    fd: ev.fd,
+                    id: o.id,
+                    since: ev.t,
+                    gone: None,
+                });
+            }
             return;
         }
         if ev.kind == Kind::Write {

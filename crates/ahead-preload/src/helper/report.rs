@@ -34,6 +34,7 @@ impl State {
     }
 
     pub(super) fn finish(&mut self, config: &Config, dropped: u64) {
+        self.end_faults();
         self.flush_trace(config, true);
         let Some(path) = &config.stats else { return };
         let mut all: Vec<FileStats> = std::mem::take(&mut self.done);

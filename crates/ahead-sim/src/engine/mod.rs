@@ -74,6 +74,10 @@ pub struct ReaderSpec {
     pub depth: usize,
     /// The requests, as (byte offset, byte length).
     pub ops: Box<dyn Iterator<Item = (u64, u64)>>,
+    /// The requests are page faults of a mapping of the file (an `ahead
+    /// trace`'s `map=1` lines), served as the kernel's `filemap_fault`
+    /// does: read-around on a miss, the policy only at a marker.
+    pub page_faults: bool,
 }
 
 /// Counters of one phase.
@@ -224,6 +228,9 @@ struct Core {
     request_seq: u64,
     /// What the device charges.
     device_cost: DeviceCost,
+    /// Each file's net count of page faults that missed (the kernel's
+    /// `mmap_miss`, [`serve::fault`]).
+    mmap_miss: Vec<u32>,
 }
 
 /// The simulator: readers, a cache with a budget and a device, in virtual
@@ -275,6 +282,7 @@ impl Simulator {
                 stats: PhaseStats::default(),
                 request_seq: 0,
                 device_cost,
+                mmap_miss: vec![0; file_pages.len()],
                 cfg,
             },
             policies,
@@ -313,6 +321,7 @@ impl Simulator {
             *p = ra::new_policy(c.cfg.policy.kind(), c.cfg.ra);
         }
         self.preload = preloads(&c.cfg, &c.file_pages);
+        c.mmap_miss.iter_mut().for_each(|m| *m = 0);
         let mut readers: Vec<Reader> = readers
             .into_iter()
             .map(|spec| Reader {
@@ -358,7 +367,9 @@ impl Simulator {
                         });
                         let policy = &mut *self.policies[file];
                         let hints = self.preload[file].as_mut();
-                        let (waiting, bytes) = issue(c, policy, hints, file, (off, len), id);
+                        let faults = readers[r].spec.page_faults;
+                        let (waiting, bytes) =
+                            issue(c, policy, hints, (file, faults), (off, len), id);
                         requests[id as usize] = PendingRequest {
                             reader: r,
                             waiting,

@@ -1,16 +1,18 @@
 //! Serving one request: the policy's windows and the demand reads through
-//! `ra::drive`, the waits on pages in flight, and `ahead run`'s hints.
+//! `ra::drive` (or, for a page fault of a mapping, the kernel's
+//! read-around), the waits on pages in flight, and `ahead run`'s hints.
 
 use super::*;
 
 /// Serves one request up to the point of waiting: request `id` is
 /// registered with every I/O it waits for. Returns how many I/Os that is
-/// and the request's length in bytes (cut to the file).
+/// and the request's length in bytes (cut to the file). `faults`: the
+/// request is a page fault of a mapping ([`fault`]).
 pub(super) fn issue(
     c: &mut Core,
     policy: &mut dyn Policy,
     preload: Option<&mut Preload>,
-    file: usize,
+    (file, faults): (usize, bool),
     (off, len): (u64, u64),
     id: u32,
 ) -> (u32, u64) {
@@ -31,7 +33,11 @@ pub(super) fn issue(
             c.stats.pages_hit += 1;
         }
     }
-    {
+    if faults {
+        for p in first..first + count {
+            fault(c, policy, file, p);
+        }
+    } else {
         let mut table = FileTable { core: c, file };
         ra::drive(policy, &mut table, Request::new(first, count));
     }
@@ -66,8 +72,9 @@ pub(super) fn issue(
         c.stats.late_prefetches += 1;
     }
     // `ahead run`: the preload's hints for this read, read as readahead
-    // with no marker once the read is under way.
-    if let Some(p) = preload {
+    // with no marker once the read is under way. (A fault is not seen by
+    // the preload.)
+    if let Some(p) = preload.filter(|_| !faults) {
         let mut runs = Vec::new();
         p.read(off, len, &mut runs);
         let mut table = FileTable { core: c, file };
@@ -79,4 +86,49 @@ pub(super) fn issue(
         }
     }
     (waiting, len)
+}
+
+/// Past this many net misses of a file's page faults the kernel stops
+/// reading around them (`MMAP_LOTSAMISS`, mm/filemap.c).
+const MMAP_LOTSAMISS: u32 = 100;
+
+/// A page fault of `page` of `file` through a mapping, as the kernel's
+/// `filemap_fault` serves it (mm/filemap.c, Linux 6.x, a mapping without
+/// `MADV_SEQUENTIAL` or `MADV_RANDOM`):
+/// * a miss counts one more net miss (`mmap_miss`, up to ten times
+///   [`MMAP_LOTSAMISS`]) and, while there are at most `MMAP_LOTSAMISS`,
+///   reads around the page: the kernel's whole window (`ra_pages`, here
+///   the policy's largest) from half a window before it, the marker a
+///   quarter window from its end (`do_sync_mmap_readahead`); past them, the
+///   page alone;
+/// * a hit takes one net miss back, and a marker hit is the policy's
+///   asynchronous readahead, as a read's would be
+///   (`do_async_mmap_readahead` calls `page_cache_async_ra`).
+pub(super) fn fault(c: &mut Core, policy: &mut dyn Policy, file: usize, page: u64) {
+    let ra = c.cfg.ra.max_pages.max(1);
+    let g = (c.file_base[file] + page) as usize;
+    if c.pages[g].state == State::Absent {
+        let miss = &mut c.mmap_miss[file];
+        if *miss < 10 * MMAP_LOTSAMISS {
+            *miss += 1;
+        }
+        let around = *miss <= MMAP_LOTSAMISS;
+        let mut table = FileTable { core: c, file };
+        if around {
+            let start = page.saturating_sub(ra / 2);
+            if let Some(w) = Window::forward(start, ra, ra / 4).clip(table.file_pages()) {
+                table.submit_readahead(&w);
+            }
+        }
+        if !table.is_present(page) {
+            table.submit_demand(page, 1);
+        }
+        return;
+    }
+    let miss = &mut c.mmap_miss[file];
+    *miss = miss.saturating_sub(1);
+    if c.pages[g].marked {
+        let mut table = FileTable { core: c, file };
+        ra::drive(policy, &mut table, Request::new(page, 1));
+    }
 }

@@ -26,6 +26,7 @@ fn seq(file_pages: u64, record: u64) -> ReaderSpec {
         interval: 0.0,
         depth: 1,
         ops: Box::new((0..file_pages * 4096 / record).map(move |i| (i * record, record))),
+        page_faults: false,
     }
 }
 
@@ -82,6 +83,7 @@ fn backward(file_pages: u64, record: u64) -> ReaderSpec {
         interval: 0.0,
         depth: 1,
         ops: Box::new((0..n).rev().map(move |i| (i * record, record))),
+        page_faults: false,
     }
 }
 
@@ -108,4 +110,48 @@ fn run_is_the_kernels_readahead_with_the_preloads_hints_on_top() {
         r.seconds,
         k.seconds
     );
+}
+
+fn faults(pages: Vec<u64>) -> ReaderSpec {
+    ReaderSpec {
+        file: 0,
+        start: 0.0,
+        interval: 0.0,
+        depth: 1,
+        ops: Box::new(pages.into_iter().map(|p| (p * 4096, 4096))),
+        page_faults: true,
+    }
+}
+
+/// Page faults are served as the kernel's `filemap_fault` serves them: a
+/// miss reads the whole window around the page (numpy's every-57th-row
+/// slice of a mapped array read all of its 268 MB file, 202-313 I/Os,
+/// under the cgroup's counters), a marker hit reads on, and a file that
+/// misses more than `MMAP_LOTSAMISS` times net reads only the pages
+/// faulted.
+#[test]
+fn page_faults_read_around_and_stop_after_many_misses() {
+    let kernel = SimPolicy::Engine(PolicyKind::OnDemand);
+    // Every 8th page of 10,000, forward, with windows of 32 pages: each
+    // fault lands inside the window read around the one before, and the
+    // markers carry the reading on, so the whole file is read in windows.
+    let mut e = engine(kernel, 1 << 20, 10_000);
+    let s = e.run_phase(vec![faults((0..1250).map(|i| i * 8).collect())]);
+    assert!(s.device_bytes >= 9_900 * 4096, "{s:?}");
+    assert!(s.device_ios < 500, "{s:?}");
+    assert!(s.pages_hit >= 800, "{s:?}");
+    // The same offsets as reads: ondemand reads each alone.
+    let mut e = engine(kernel, 1 << 20, 10_000);
+    let reads = ReaderSpec {
+        page_faults: false,
+        ..faults((0..1250).map(|i| i * 8).collect())
+    };
+    let r = e.run_phase(vec![reads]);
+    assert!(r.device_bytes <= 1_300 * 4096, "{r:?}");
+    // 300 faults far apart: the first 100 read around (32 pages each),
+    // the rest read one page each.
+    let mut e = engine(kernel, 1 << 22, 1 << 20);
+    let s = e.run_phase(vec![faults((0..300).map(|i| i * 3_000).collect())]);
+    assert_eq!(s.pages_hit, 0, "{s:?}");
+    assert_eq!(s.device_bytes, (100 * 32 + 200) * 4096, "{s:?}");
 }

@@ -415,6 +415,7 @@ fn reader(file: usize, ops: impl Iterator<Item = (u64, u64)> + 'static) -> Reade
         interval: 0.0,
         depth: 1,
         ops: Box::new(ops),
+        page_faults: false,
     }
 }
 
@@ -525,6 +526,7 @@ fn aio_random(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError>
             interval: 0.0,
             depth: 64,
             ops: Box::new(order.into_iter().map(move |r| (r * rec, rec))),
+            page_faults: false,
         }]);
         let name = format!("random-{}k", rec / KIB);
         out.push(result(
@@ -609,6 +611,7 @@ fn thrash(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
                     interval,
                     depth: 1,
                     ops: Box::new((0..n).map(move |i| (i * rec, rec))),
+                    page_faults: false,
                 }
             })
             .collect();

@@ -87,6 +87,7 @@ pub(super) fn remote(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, Si
                     interval: 0.0,
                     depth: *depth,
                     ops: Box::new(reads.clone().into_iter()),
+                    page_faults: false,
                 }]);
                 let record = mean_len(reads);
                 result(sc.name(), name, policy, o.device, record, &stats)

@@ -21,9 +21,14 @@ fn trace_errors_name_the_line() {
             offset: 4096,
             len: 4096,
             stream: 7,
-            file: 0
+            file: 0,
+            fault: false,
         }
     );
+    let t = parse_trace("0 4k 3 map=1\n4096 4k 3 map=0\n", p).unwrap();
+    assert!(t.ops[0].fault && !t.ops[1].fault);
+    let err = parse_trace("0 4k 3 map=yes\n", p).unwrap_err().to_string();
+    assert!(err.contains("map=yes"), "{err}");
     let err = parse_trace("0 4k 3 color=red\n", p)
         .unwrap_err()
         .to_string();

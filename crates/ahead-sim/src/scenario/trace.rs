@@ -4,6 +4,7 @@
 
 use super::{engine, per_policy, reader, result, setup, Scenario, SimError, SimOptions, SimResult};
 use super::{KIB, PAGE};
+use crate::engine::ReaderSpec;
 
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -17,6 +18,8 @@ pub struct TraceOp {
     /// Index of the op's file in [`Trace::files`] (0 for a trace without
     /// `file=` fields).
     pub file: usize,
+    /// A page fault of a mapping of the file (`map=1`), not a read.
+    pub fault: bool,
 }
 
 /// A file a trace reads.
@@ -92,7 +95,7 @@ impl Trace {
 }
 
 /// Parses a trace: one read per line, `offset length [stream-id]
-/// [file=ID] [tid=N] [t=NS]`, sizes in bytes or with units (`64k`); blank
+/// [file=ID] [tid=N] [t=NS] [map=1]` (`map=1`: a page fault of a mapping), sizes in bytes or with units (`64k`); blank
 /// lines and `#` comments are skipped, except `# file ID SIZE PATH`,
 /// which names a file, and `# readahead ID BYTES`, the kernel's largest
 /// window for its device (`ahead trace` writes all three).
@@ -148,13 +151,21 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
         }
         let mut positional: Vec<&str> = Vec::new();
         let mut file = 0;
+        let mut fault = false;
         for field in line.split_whitespace() {
             match field.split_once('=') {
                 Some(("file", id)) => file = trace.file_index(id),
                 Some(("tid", _)) | Some(("t", _)) => {}
+                Some(("map", v)) => {
+                    fault = match v {
+                        "1" => true,
+                        "0" => false,
+                        _ => return Err(bad(format!("map={v}: expected 0 or 1"))),
+                    }
+                }
                 Some((key, _)) => {
                     return Err(bad(format!(
-                        "unknown field '{key}=' (known: file=, tid=, t=)"
+                        "unknown field '{key}=' (known: file=, tid=, t=, map=)"
                     )))
                 }
                 None => positional.push(field),
@@ -184,6 +195,7 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
             len,
             stream,
             file,
+            fault,
         });
     }
     if trace.ops.is_empty() {
@@ -218,7 +230,8 @@ pub fn load_trace(path: &std::path::Path, which: Option<&str>) -> Result<Trace, 
     Ok(trace)
 }
 
-/// `replay`: the trace's reads, one reader per stream, on every policy.
+/// `replay`: the trace's reads, one reader per stream (and per stream's
+/// page faults), on every policy.
 pub(super) fn replay(
     sc: &Scenario,
     o: &SimOptions,
@@ -254,7 +267,10 @@ pub(super) fn replay(
         .collect();
     s.file = sizes.iter().copied().max().unwrap_or(PAGE);
     let pages: Vec<u64> = sizes.iter().map(|b| b.div_ceil(PAGE)).collect();
-    let mut streams: Vec<(usize, u64)> = ops.iter().map(|op| (op.file, op.stream)).collect();
+    let mut streams: Vec<(usize, u64, bool)> = ops
+        .iter()
+        .map(|op| (op.file, op.stream, op.fault))
+        .collect();
     streams.sort_unstable();
     streams.dedup();
     let mean = ops.iter().map(|op| op.len).sum::<u64>() as f64 / ops.len() as f64;
@@ -263,13 +279,16 @@ pub(super) fn replay(
         let mut e = engine(&s, o, policy, &pages, 0.0);
         let readers = streams
             .iter()
-            .map(|&(file, id)| {
+            .map(|&(file, id, fault)| {
                 let mine: Vec<(u64, u64)> = ops
                     .iter()
-                    .filter(|op| op.stream == id && op.file == file)
+                    .filter(|op| op.stream == id && op.file == file && op.fault == fault)
                     .map(|op| (op.offset, op.len))
                     .collect();
-                reader(file, mine.into_iter())
+                ReaderSpec {
+                    page_faults: fault,
+                    ..reader(file, mine.into_iter())
+                }
             })
             .collect();
         let stats = e.run_phase(readers);

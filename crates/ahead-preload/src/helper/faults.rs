@@ -1,0 +1,415 @@
+//! `ahead trace`'s record of what a program reads through mappings of
+//! files. A page a program touches through `mmap` is no read call that a
+//! hook could see: the kernel's page fault reads it. So in trace mode the
+//! thread that maps a file asks the kernel for a sample of each of its
+//! page faults (`perf_event_open`: the software page-fault event, one
+//! sample per fault, with the address, the thread and the
+//! `CLOCK_MONOTONIC` time),
+//! the helper keeps where each file is mapped, and the faults that fall in
+//! a mapping go into the trace as one-page reads marked `map=1`, in time
+//! order with the reads. `ahead sim replay` serves them as the kernel
+//! serves faults (read-around).
+//!
+//! A fault the kernel cannot sample (no `perf_event_open`: a seccomp
+//! filter, `perf_event_paranoid` at 3 without privilege) leaves a comment
+//! in the trace saying so; samples the ring had no room for are counted in
+//! another. Only threads that map a file are followed: a thread that
+//! touches a mapping another thread made is not.
+
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Pages of samples per ring (1 MiB: 32,768 faults between two drains).
+const RING_PAGES: usize = 256;
+
+/// `struct perf_event_attr` up to `sample_max_stack`
+/// (`PERF_ATTR_SIZE_VER5`, Linux 4.8), which every later kernel takes.
+#[repr(C)]
+#[derive(Default)]
+struct Attr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved: u16,
+}
+
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_PAGE_FAULTS: u64 = 2;
+const SAMPLE_TID: u64 = 1 << 1;
+const SAMPLE_TIME: u64 = 1 << 2;
+const SAMPLE_ADDR: u64 = 1 << 3;
+/// `exclude_kernel`, `exclude_hv`, `use_clockid`. Not `inherit`: the
+/// kernel refuses to map the ring of an inherited event of one task on
+/// every CPU (EINVAL).
+const FLAGS: u64 = (1 << 5) | (1 << 6) | (1 << 25);
+const RECORD_LOST: u32 = 2;
+const RECORD_SAMPLE: u32 = 9;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+/// Where `data_head` and `data_tail` sit in the ring's first page.
+const DATA_HEAD: usize = 1024;
+const DATA_TAIL: usize = 1032;
+
+/// One thread's samples: the event and its ring.
+struct Ring {
+    _fd: OwnedFd,
+    base: usize,
+    page: usize,
+}
+
+// SAFETY: the ring is a shared mapping that lives as long as the process;
+// only the helper reads it, under `RINGS`' lock.
+unsafe impl Send for Ring {}
+
+static RINGS: Mutex<Vec<Ring>> = Mutex::new(Vec::new());
+/// Some thread's faults are sampled (`RINGS` is not empty).
+static SAMPLING: AtomicBool = AtomicBool::new(false);
+/// Why sampling could not start, if it could not (the first reason).
+static FAILED: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    /// This thread has asked.
+    static WATCHED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A fault in the process: its thread, when, and where.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Fault {
+    pub(super) tid: u32,
+    pub(super) t: u64,
+    pub(super) addr: u64,
+}
+
+/// Called in the thread that maps a file, before the mapping is returned
+/// to it: from here on its page faults are sampled.
+pub(crate) fn watch_this_thread() {
+    if WATCHED.with(|w| w.replace(true)) {
+        return;
+    }
+    if let Err(why) = open_ring() {
+        let mut f = FAILED.lock().unwrap_or_else(|p| p.into_inner());
+        f.get_or_insert(why);
+    }
+}
+
+fn open_ring() -> Result<(), String> {
+    let attr = Attr {
+        kind: PERF_TYPE_SOFTWARE,
+        size: std::mem::size_of::<Attr>() as u32,
+        config: PERF_COUNT_SW_PAGE_FAULTS,
+        sample_period: 1,
+        sample_type: SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR,
+        flags: FLAGS,
+        clockid: libc::CLOCK_MONOTONIC,
+        ..Attr::default()
+    };
+    // SAFETY: a valid attribute structure of the size it says; this
+    // thread (pid 0), any CPU, no group.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const Attr,
+            0,
+            -1,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "perf_event_open: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: a descriptor perf_event_open just returned, ours alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let page = rustix::param::page_size();
+    let len = (1 + RING_PAGES) * page;
+    // SAFETY: a fresh shared mapping of the event's ring.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!(
+            "mmap of the samples: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    RINGS.lock().unwrap_or_else(|p| p.into_inner()).push(Ring {
+        _fd: fd,
+        base: base as usize,
+        page,
+    });
+    SAMPLING.store(true, Ordering::Release);
+    Ok(())
+}
+
+/// Whether any thread's faults are sampled.
+pub(super) fn sampling() -> bool {
+    SAMPLING.load(Ordering::Acquire)
+}
+
+/// Why faults are not sampled, if a mapping asked and they are not.
+pub(super) fn failure() -> Option<String> {
+    FAILED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// Takes every sample the rings hold: this process's faults into `out`;
+/// returns how many samples the kernel lost for want of room.
+pub(super) fn drain(out: &mut Vec<Fault>) -> u64 {
+    let pid = std::process::id();
+    let rings = RINGS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut lost = 0;
+    for r in rings.iter() {
+        let data = r.base + r.page;
+        let size = (RING_PAGES * r.page) as u64;
+        // The first page of a live ring: the kernel writes data_head, we
+        // write data_tail (perf_event_open(2)).
+        let head_p = (r.base + DATA_HEAD) as *const u64;
+        let tail_p = (r.base + DATA_TAIL) as *mut u64;
+        // SAFETY: an aligned word of the ring's first page, mapped for
+        // the life of the process.
+        let head = unsafe { std::ptr::read_volatile(head_p) };
+        fence(Ordering::Acquire);
+        // SAFETY: as above.
+        let mut tail = unsafe { std::ptr::read_volatile(tail_p) };
+        let byte = |at: u64| -> u8 {
+            // SAFETY: inside the ring's data pages.
+            unsafe { *((data + (at % size) as usize) as *const u8) }
+        };
+        let word = |at: u64, n: usize| -> u64 {
+            (0..n).fold(0u64, |v, i| v | (byte(at + i as u64) as u64) << (8 * i))
+        };
+        while tail + 8 <= head {
+            let kind = word(tail, 4) as u32;
+            let rec = word(tail + 6, 2);
+            if rec < 8 || tail + rec > head {
+                break;
+            }
+            match kind {
+                RECORD_SAMPLE if rec >= 32 => {
+                    let (p, tid) = (word(tail + 8, 4) as u32, word(tail + 12, 4) as u32);
+                    if p == pid {
+                        out.push(Fault {
+                            tid,
+                            t: word(tail + 16, 8),
+                            addr: word(tail + 24, 8),
+                        });
+                    }
+                }
+                // id, then the count lost.
+                RECORD_LOST if rec >= 24 => lost += word(tail + 16, 8),
+                _ => {}
+            }
+            tail += rec;
+        }
+        fence(Ordering::Release);
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(tail_p, tail) };
+    }
+    lost
+}
+
+/// A file mapped into the process, as the trace names it.
+#[derive(Clone, Debug)]
+pub(super) struct Mapping {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    /// The file offset at `start`.
+    pub(super) offset: u64,
+    pub(super) fd: i32,
+    pub(super) id: u64,
+    /// When it was mapped, and when unmapped: faults outside that span
+    /// are not its.
+    pub(super) since: u64,
+    pub(super) gone: Option<u64>,
+}
+
+/// The file and offset `f` read, if it fell in a mapping: the latest one
+/// that covered the address when the fault happened.
+pub(super) fn place(maps: &[Mapping], f: &Fault, page: u64) -> Option<(u64, i32, u64)> {
+    maps.iter()
+        .rev()
+        .find(|m| {
+            f.addr >= m.start && f.addr < m.end && f.t >= m.since && m.gone.is_none_or(|g| f.t < g)
+        })
+        .map(|m| (m.id, m.fd, (m.offset + (f.addr - m.start)) / page * page))
+}
+
+/// `[addr, addr + len)` was unmapped at `t`: the mappings it covers end
+/// there (a part unmapped ends the whole mapping's claim to it).
+pub(super) fn unmapped(maps: &mut [Mapping], addr: u64, len: u64, t: u64) {
+    for m in maps.iter_mut().filter(|m| m.gone.is_none()) {
+        if addr < m.end && addr.saturating_add(len) > m.start {
+            m.gone = Some(t);
+        }
+    }
+}
+
+impl super::State {
+    /// Takes what the rings hold and writes, in time order, the faults up
+    /// to time `until` that fell in a mapping of a file: one page read,
+    /// `map=1`, at the page's offset in the file.
+    pub(super) fn write_faults(&mut self, until: u64) {
+        let mut fresh = Vec::new();
+        self.faults_lost += drain(&mut fresh);
+        if !fresh.is_empty() {
+            self.faults.extend(fresh);
+            self.faults.sort_by_key(|f| f.t);
+        }
+        let n = self.faults.partition_point(|f| f.t <= until);
+        let page = rustix::param::page_size() as u64;
+        let pid = std::process::id();
+        for f in self.faults.drain(..n) {
+            if let Some((id, fd, off)) = place(&self.maps, &f, page) {
+                let _ = writeln!(
+                    self.trace,
+                    "{off} {page} {fd} file={pid}:{id} tid={} t={} map=1",
+                    f.tid, f.t
+                );
+            }
+        }
+    }
+
+    /// At exit: every fault left, and what the trace lacks.
+    pub(super) fn end_faults(&mut self) {
+        if super::mode() != super::Mode::Trace {
+            return;
+        }
+        if sampling() {
+            self.write_faults(u64::MAX);
+        }
+        if self.faults_lost > 0 {
+            let _ = writeln!(
+                self.trace,
+                "# page faults lost (the sample ring was full): {}",
+                self.faults_lost
+            );
+        }
+        if let (Some(why), false) = (failure(), self.maps.is_empty()) {
+            let _ = writeln!(
+                self.trace,
+                "# page faults in mapped files not recorded: {why}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_attribute_is_the_size_kernels_take() {
+        // PERF_ATTR_SIZE_VER5.
+        assert_eq!(std::mem::size_of::<Attr>(), 112);
+    }
+
+    #[test]
+    fn faults_are_placed_in_the_mapping_that_held_them() {
+        let mut maps = vec![
+            Mapping {
+                start: 0x10000,
+                end: 0x20000,
+                offset: 8192,
+                fd: 3,
+                id: 1,
+                since: 0,
+                gone: None,
+            },
+            Mapping {
+                start: 0x40000,
+                end: 0x50000,
+                offset: 0,
+                fd: 4,
+                id: 2,
+                since: 3,
+                gone: None,
+            },
+        ];
+        let f = |addr, t| Fault { tid: 1, t, addr };
+        assert_eq!(place(&maps, &f(0x10123, 5), 4096), Some((1, 3, 8192)));
+        assert_eq!(place(&maps, &f(0x11000, 5), 4096), Some((1, 3, 12288)));
+        assert_eq!(place(&maps, &f(0x30000, 5), 4096), None);
+        // Before its mapping was made, an address is not the file's.
+        assert_eq!(place(&maps, &f(0x41000, 2), 4096), None);
+        unmapped(&mut maps, 0x40000, 0x1000, 10);
+        assert_eq!(place(&maps, &f(0x41000, 9), 4096), Some((2, 4, 4096)));
+        assert_eq!(place(&maps, &f(0x41000, 11), 4096), None);
+    }
+
+    /// The kernel samples this thread's faults in a mapping of a file.
+    #[test]
+    fn a_mapped_file_s_faults_are_sampled() {
+        let dir = std::env::temp_dir().join(format!("ahead-faults-{}", std::process::id()));
+        std::fs::write(&dir, vec![7u8; 1 << 20]).unwrap();
+        let f = std::fs::File::open(&dir).unwrap();
+        std::thread::spawn(move || {
+            if let Err(why) = open_ring() {
+                eprintln!("SKIP: faults cannot be sampled here: {why}");
+                return;
+            }
+            // SAFETY: a private read-only mapping of a file we opened.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    1 << 20,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    f.as_raw_fd(),
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            let mut sum = 0u64;
+            for i in (0..1 << 20).step_by(64 << 10) {
+                // SAFETY: inside the mapping.
+                sum += unsafe { std::ptr::read_volatile((p as *const u8).add(i)) } as u64;
+            }
+            assert_eq!(sum, 16 * 7);
+            let mut out = Vec::new();
+            drain(&mut out);
+            let start = p as u64;
+            let ours: Vec<_> = out
+                .iter()
+                .filter(|f| f.addr >= start && f.addr < start + (1 << 20))
+                .collect();
+            // Fault-around may map neighbours at once; every 64 KiB step
+            // past the first 64 KiB faults.
+            assert!(
+                ours.len() >= 8,
+                "{} faults in the mapping: {out:?}",
+                ours.len()
+            );
+            assert!(ours.windows(2).all(|w| w[0].t <= w[1].t));
+            assert!(ours.iter().all(|f| f.tid != 0));
+        })
+        .join()
+        .unwrap();
+        let _ = std::fs::remove_file(&dir);
+    }
+}
