@@ -459,11 +459,13 @@ fn a_trace_records_the_page_faults_of_a_mapped_file() {
         eprintln!("SKIP: {why}");
         return;
     }
+    // The trace names the file by its canonical path.
+    let canon = std::fs::canonicalize(&file).unwrap();
     let id = text
         .lines()
-        .find(|l| l.starts_with("# file ") && l.ends_with(s(&file)))
+        .find(|l| l.starts_with("# file ") && l.ends_with(s(&canon)))
         .and_then(|l| l.split_whitespace().nth(2))
-        .expect("a '# file' line for the mapped file");
+        .unwrap_or_else(|| panic!("no '# file' line for the mapped file: {text}"));
     let faults: Vec<u64> = text
         .lines()
         .filter(|l| l.ends_with(" map=1") && l.contains(&format!(" file={id} ")))
@@ -497,6 +499,82 @@ fn a_trace_records_the_page_faults_of_a_mapped_file() {
     // read of the page would read the page.
     let amp = rows[0]["read_amplification"].as_f64().unwrap();
     assert!(amp >= 4.0, "{rows}");
+}
+
+/// A traced program that forks: the child, which inherits the parent's
+/// sample ring and runs a helper of its own (it reads a file), takes none
+/// of the parent's faults.
+#[test]
+fn a_forked_child_takes_none_of_its_parents_faults() {
+    let Some(python) = need(&["python3"], "python3 to map a file") else {
+        return;
+    };
+    let dir = scratch();
+    let file = gen(dir.path(), "mapped", 4 << 20);
+    let trace = dir.path().join("fork.trace");
+    // The parent touches the first 2 MiB before the fork, then, while the
+    // child reads the file, writes a page of the last 2 MiB every 5 ms
+    // through a private mapping (a fault for each page, whatever folios
+    // the cache holds).
+    let script = format!(
+        "import mmap, os, time\nf = open({:?}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
+         w = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)\n\
+         s = sum(m[i] for i in range(0, 2 << 20, 64 << 10))\npid = os.fork()\n\
+         if pid == 0:\n    g = os.open({:?}, os.O_RDONLY)\n    end = time.time() + 0.4\n    \
+         while time.time() < end:\n        os.pread(g, 4096, (int(time.time() * 1e6) % 1024) * 4096)\n        \
+         time.sleep(0.001)\n    raise SystemExit(0)\n\
+         time.sleep(0.05)\nfor i in range(2 << 20, 4 << 20, 64 << 10):\n    w[i] = 1\n    time.sleep(0.005)\n\
+         os.waitpid(pid, 0)\nprint(s)",
+        s(&file),
+        s(&file)
+    );
+    let o = out(&mut ahead_cmd(&[
+        "trace",
+        "-o",
+        s(&trace),
+        "--",
+        s(&python),
+        "-c",
+        &script,
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    if let Some(why) = text
+        .lines()
+        .find(|l| l.starts_with("# page faults in mapped files not recorded"))
+    {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let canon = std::fs::canonicalize(&file).unwrap();
+    let ids: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# file ") && l.ends_with(s(&canon)))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let lines = |id: &str, faults: bool| -> Vec<u64> {
+        text.lines()
+            .filter(|l| l.contains(&format!(" file={id} ")) && l.ends_with(" map=1") == faults)
+            .map(|l| l.split_whitespace().next().unwrap().parse().unwrap())
+            .collect()
+    };
+    // Two processes had the file: the parent mapped it, the child read it.
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let (parent, child): (Vec<&str>, Vec<&str>) =
+        ids.iter().partition(|id| !lines(id, true).is_empty());
+    assert_eq!((parent.len(), child.len()), (1, 1), "{ids:?}");
+    assert!(
+        lines(child[0], false).len() >= 10,
+        "the child's reads: {text}"
+    );
+    // The parent's faults while the child lived are there: its 32 writes
+    // to the last 2 MiB, 64 KiB apart (the child took none of them).
+    let faults = lines(parent[0], true);
+    let late = faults.iter().filter(|&&f| f >= 2 << 20).count();
+    assert!(
+        late >= 30,
+        "parent: {late} faults in its last 2 MiB: {faults:?}"
+    );
 }
 
 /// A program that maps a file instead of reading it: the stats say so

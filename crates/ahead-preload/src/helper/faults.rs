@@ -19,7 +19,8 @@
 use std::cell::Cell;
 use std::fmt::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 /// Pages of samples per ring (1 MiB: 32,768 faults between two drains).
@@ -67,26 +68,38 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 const DATA_HEAD: usize = 1024;
 const DATA_TAIL: usize = 1032;
 
-/// One thread's samples: the event and its ring.
-struct Ring {
-    _fd: OwnedFd,
-    base: usize,
-    page: usize,
+/// One thread's samples: its event's ring, mapped for the life of the
+/// process (the event's descriptor is never closed). Slots are claimed
+/// and never given back, with atomics only: a fork while a lock was held
+/// would leave the child's copy of the lock held for good.
+struct Slot {
+    /// The process that opened it (0: free). A fork's child inherits the
+    /// mapping, but the samples are the parent's to take.
+    pid: AtomicU32,
+    /// The ring's address (0 until it is mapped).
+    base: AtomicUsize,
 }
 
-// SAFETY: the ring is a shared mapping that lives as long as the process;
-// only the helper reads it, under `RINGS`' lock.
-unsafe impl Send for Ring {}
+/// Threads whose faults one process samples, at most.
+const SLOTS: usize = 64;
+/// A slot's `pid` while a thread fills it in.
+const CLAIMING: u32 = u32::MAX;
 
-static RINGS: Mutex<Vec<Ring>> = Mutex::new(Vec::new());
-/// Some thread's faults are sampled (`RINGS` is not empty).
-static SAMPLING: AtomicBool = AtomicBool::new(false);
+static RINGS: [Slot; SLOTS] = [const {
+    Slot {
+        pid: AtomicU32::new(0),
+        base: AtomicUsize::new(0),
+    }
+}; SLOTS];
 /// Why sampling could not start, if it could not (the first reason).
 static FAILED: Mutex<Option<String>> = Mutex::new(None);
+/// The process some of whose threads' faults are sampled (0: none).
+static SAMPLING: AtomicU32 = AtomicU32::new(0);
 
 thread_local! {
-    /// This thread has asked.
-    static WATCHED: Cell<bool> = const { Cell::new(false) };
+    /// The process in which this thread asked (a fork's child is a new
+    /// thread that has not).
+    static WATCHED: Cell<u32> = const { Cell::new(0) };
 }
 
 /// A fault in the process: its thread, when, and where.
@@ -100,12 +113,15 @@ pub(super) struct Fault {
 /// Called in the thread that maps a file, before the mapping is returned
 /// to it: from here on its page faults are sampled.
 pub(crate) fn watch_this_thread() {
-    if WATCHED.with(|w| w.replace(true)) {
+    let pid = std::process::id();
+    if WATCHED.with(|w| w.replace(pid)) == pid {
         return;
     }
     if let Err(why) = open_ring() {
-        let mut f = FAILED.lock().unwrap_or_else(|p| p.into_inner());
-        f.get_or_insert(why);
+        // Not lock(), for the same reason as the slots.
+        if let Ok(mut f) = FAILED.try_lock() {
+            f.get_or_insert(why);
+        }
     }
 }
 
@@ -159,32 +175,61 @@ fn open_ring() -> Result<(), String> {
             std::io::Error::last_os_error()
         ));
     }
-    RINGS.lock().unwrap_or_else(|p| p.into_inner()).push(Ring {
-        _fd: fd,
-        base: base as usize,
-        page,
-    });
-    SAMPLING.store(true, Ordering::Release);
+    let pid = std::process::id();
+    let Some(slot) = RINGS.iter().find(|s| {
+        // Free, or a slot of the process this one was forked from: its
+        // copy here is this process's to reuse.
+        // Claimed first, so that no drain reads the old ring as ours.
+        let held = s.pid.load(Ordering::Acquire);
+        held != pid
+            && held != CLAIMING
+            && s.pid
+                .compare_exchange(held, CLAIMING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }) else {
+        // SAFETY: our mapping, of the length mapped.
+        unsafe { libc::munmap(base, len) };
+        return Err(format!("more than {SLOTS} threads map files"));
+    };
+    slot.base.store(base as usize, Ordering::Release);
+    slot.pid.store(pid, Ordering::Release);
+    // The descriptor stays open as long as the ring is read.
+    std::mem::forget(fd);
+    SAMPLING.store(pid, Ordering::Release);
     Ok(())
 }
 
-/// Whether any thread's faults are sampled.
+/// Whether any thread of this process has its faults sampled.
 pub(super) fn sampling() -> bool {
-    SAMPLING.load(Ordering::Acquire)
+    SAMPLING.load(Ordering::Acquire) == std::process::id()
 }
 
 /// Why faults are not sampled, if a mapping asked and they are not.
 pub(super) fn failure() -> Option<String> {
-    FAILED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    FAILED.try_lock().ok().and_then(|f| f.clone())
+}
+
+/// A ring being read.
+struct Ring {
+    base: usize,
+    page: usize,
 }
 
 /// Takes every sample the rings hold: this process's faults into `out`;
 /// returns how many samples the kernel lost for want of room.
 pub(super) fn drain(out: &mut Vec<Fault>) -> u64 {
     let pid = std::process::id();
-    let rings = RINGS.lock().unwrap_or_else(|p| p.into_inner());
+    let page = rustix::param::page_size();
     let mut lost = 0;
-    for r in rings.iter() {
+    for slot in RINGS
+        .iter()
+        .filter(|s| s.pid.load(Ordering::Acquire) == pid)
+    {
+        let base = slot.base.load(Ordering::Acquire);
+        if base == 0 {
+            continue;
+        }
+        let r = Ring { base, page };
         let data = r.base + r.page;
         let size = (RING_PAGES * r.page) as u64;
         // The first page of a live ring: the kernel writes data_head, we

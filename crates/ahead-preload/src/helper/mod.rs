@@ -360,7 +360,7 @@ fn helper_loop(rt: &'static Runtime) {
     loop {
         let mut any = false;
         // Faults up to here are written after the events queued before it.
-        let faults_until = faults::sampling().then(now_ns);
+        let faults_until = (mode() == Mode::Trace && faults::sampling()).then(now_ns);
         if let Ok(mut st) = rt.state.lock() {
             while let Some(ev) = rt.queue.pop() {
                 any = true;
@@ -391,7 +391,7 @@ fn helper_loop(rt: &'static Runtime) {
         // and let hooks queue without waking us (a wake-up is a system
         // call per read); after a quiet spell, sleep until a hook wakes us.
         // Faults wake no one: while they are sampled, nap.
-        let quiet = last_event.elapsed() > QUIET && !faults::sampling();
+        let quiet = last_event.elapsed() > QUIET && faults_until.is_none();
         let state = if quiet { DEEP } else { NAP };
         rt.sleeping.store(state, Ordering::SeqCst);
         if !rt.queue.is_empty() {
