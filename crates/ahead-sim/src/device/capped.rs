@@ -39,7 +39,7 @@ impl CappedParams {
     /// table read backwards 4 KiB at a time, 58-78 µs. (It was 75 µs,
     /// from one backward scan: 3.54 s cold and 0.10 s warm for 45,800
     /// reads; replaying the generator's cases with it put 24 of 40
-    /// programs' times more than 20% over the real runs.)
+    /// programs' times more than 20% from the real runs.)
     ///
     /// The window is blk-throttle's slice, 100 ms (`HZ / 10`) on a queue
     /// that says it is rotational, as virtio disks do: after a pause,
