@@ -424,6 +424,41 @@ fn a_trace_records_reads_and_replays() {
     assert!(stderr(&o).contains("no file 'nope'"), "{}", stderr(&o));
 }
 
+/// `python -c script` under `ahead trace -o trace`: the trace's text, or
+/// None (the test skips, saying why) where the kernel would not let the
+/// process sample its page faults.
+fn traced_faults(python: &Path, script: &str, trace: &Path) -> Option<String> {
+    let o = out(&mut ahead_cmd(&[
+        "trace",
+        "-o",
+        s(trace),
+        "--",
+        s(python),
+        "-c",
+        script,
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(trace).unwrap();
+    if let Some(why) = text
+        .lines()
+        .find(|l| l.starts_with("# page faults in mapped files not recorded"))
+    {
+        eprintln!("SKIP: {why}");
+        return None;
+    }
+    Some(text)
+}
+
+/// The trace's ids of `file` (it names files by their canonical path), in
+/// the order of their `# file` lines.
+fn file_ids<'a>(text: &'a str, file: &Path) -> Vec<&'a str> {
+    let canon = std::fs::canonicalize(file).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("# file ") && l.ends_with(s(&canon)))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect()
+}
+
 /// A program that reads a file through a mapping: `ahead trace` records
 /// its page faults as one-page reads marked `map=1` (where the kernel lets
 /// a process sample its own faults), and the simulator serves them as the
@@ -441,30 +476,12 @@ fn a_trace_records_the_page_faults_of_a_mapped_file() {
         "import mmap\nf = open({:?}, 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nprint(sum(m[i] for i in range(0, len(m), 256 << 10)))",
         s(&file)
     );
-    let o = out(&mut ahead_cmd(&[
-        "trace",
-        "-o",
-        s(&trace),
-        "--",
-        s(&python),
-        "-c",
-        &script,
-    ]));
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = std::fs::read_to_string(&trace).unwrap();
-    if let Some(why) = text
-        .lines()
-        .find(|l| l.starts_with("# page faults in mapped files not recorded"))
-    {
-        eprintln!("SKIP: {why}");
+    let Some(text) = traced_faults(&python, &script, &trace) else {
         return;
-    }
-    // The trace names the file by its canonical path.
-    let canon = std::fs::canonicalize(&file).unwrap();
-    let id = text
-        .lines()
-        .find(|l| l.starts_with("# file ") && l.ends_with(s(&canon)))
-        .and_then(|l| l.split_whitespace().nth(2))
+    };
+    let ids = file_ids(&text, &file);
+    let id = ids
+        .first()
         .unwrap_or_else(|| panic!("no '# file' line for the mapped file: {text}"));
     let faults: Vec<u64> = text
         .lines()
@@ -528,30 +545,10 @@ fn a_forked_child_takes_none_of_its_parents_faults() {
         s(&file),
         s(&file)
     );
-    let o = out(&mut ahead_cmd(&[
-        "trace",
-        "-o",
-        s(&trace),
-        "--",
-        s(&python),
-        "-c",
-        &script,
-    ]));
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = std::fs::read_to_string(&trace).unwrap();
-    if let Some(why) = text
-        .lines()
-        .find(|l| l.starts_with("# page faults in mapped files not recorded"))
-    {
-        eprintln!("SKIP: {why}");
+    let Some(text) = traced_faults(&python, &script, &trace) else {
         return;
-    }
-    let canon = std::fs::canonicalize(&file).unwrap();
-    let ids: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("# file ") && l.ends_with(s(&canon)))
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .collect();
+    };
+    let ids = file_ids(&text, &file);
     let lines = |id: &str, faults: bool| -> Vec<u64> {
         text.lines()
             .filter(|l| l.contains(&format!(" file={id} ")) && l.ends_with(" map=1") == faults)
