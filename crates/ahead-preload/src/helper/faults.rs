@@ -23,8 +23,11 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 
-/// Pages of samples per ring (1 MiB: 32,768 faults between two drains).
-const RING_PAGES: usize = 256;
+/// Pages of samples per ring, the first size the kernel grants: 256 KiB
+/// (8,192 faults between two drains, a millisecond apart), or 32 KiB. A
+/// user without privilege may lock `perf_event_mlock_kb` (516 KiB) per
+/// CPU in rings, for all its events together.
+const RING_PAGES: [usize; 2] = [64, 8];
 
 /// `struct perf_event_attr` up to `sample_max_stack`
 /// (`PERF_ATTR_SIZE_VER5`, Linux 4.8), which every later kernel takes.
@@ -78,6 +81,8 @@ struct Slot {
     pid: AtomicU32,
     /// The ring's address (0 until it is mapped).
     base: AtomicUsize,
+    /// Its pages of samples.
+    pages: AtomicUsize,
 }
 
 /// Threads whose faults one process samples, at most.
@@ -89,6 +94,7 @@ static RINGS: [Slot; SLOTS] = [const {
     Slot {
         pid: AtomicU32::new(0),
         base: AtomicUsize::new(0),
+        pages: AtomicUsize::new(0),
     }
 }; SLOTS];
 /// Why sampling could not start, if it could not (the first reason).
@@ -157,24 +163,31 @@ fn open_ring() -> Result<(), String> {
     // SAFETY: a descriptor perf_event_open just returned, ours alone.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let page = rustix::param::page_size();
-    let len = (1 + RING_PAGES) * page;
-    // SAFETY: a fresh shared mapping of the event's ring.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
+    let mut mapped = None;
+    for pages in RING_PAGES {
+        let len = (1 + pages) * page;
+        // SAFETY: a fresh shared mapping of the event's ring.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base != libc::MAP_FAILED {
+            mapped = Some((base, len, pages));
+            break;
+        }
+    }
+    let Some((base, len, pages)) = mapped else {
         return Err(format!(
             "mmap of the samples: {}",
             std::io::Error::last_os_error()
         ));
-    }
+    };
     let pid = std::process::id();
     let Some(slot) = RINGS.iter().find(|s| {
         // Free, or a slot of the process this one was forked from: its
@@ -192,6 +205,7 @@ fn open_ring() -> Result<(), String> {
         return Err(format!("more than {SLOTS} threads map files"));
     };
     slot.base.store(base as usize, Ordering::Release);
+    slot.pages.store(pages, Ordering::Release);
     slot.pid.store(pid, Ordering::Release);
     // The descriptor stays open as long as the ring is read.
     std::mem::forget(fd);
@@ -231,7 +245,7 @@ pub(super) fn drain(out: &mut Vec<Fault>) -> u64 {
         }
         let r = Ring { base, page };
         let data = r.base + r.page;
-        let size = (RING_PAGES * r.page) as u64;
+        let size = (slot.pages.load(Ordering::Acquire) * r.page) as u64;
         // The first page of a live ring: the kernel writes data_head, we
         // write data_tail (perf_event_open(2)).
         let head_p = (r.base + DATA_HEAD) as *const u64;
