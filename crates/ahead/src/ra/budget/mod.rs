@@ -57,6 +57,7 @@
 use std::collections::BTreeMap;
 
 use super::{CacheView, RaConfig, Request, Shape, Window, DEFAULT_MAX_PAGES};
+use walk::Spec;
 
 /// `k` of the bound, as (numerator, denominator): one wasted page for each
 /// page used. Where a page read for nothing costs the device what a page
@@ -153,11 +154,18 @@ impl Ranges {
     }
 
     /// Whether page `p` is in a range.
+    #[cfg(test)]
     fn has(&self, p: u64) -> bool {
+        self.holding(p).is_some()
+    }
+
+    /// The range that holds page `p`, as `(start, end)`.
+    fn holding(&self, p: u64) -> Option<(u64, u64)> {
         self.0
             .range(..=p)
             .next_back()
-            .is_some_and(|(_, &end)| p < end)
+            .filter(|(_, &end)| p < end)
+            .map(|(&start, &end)| (start, end))
     }
 
     /// Adds page `p` (not in a range), merged with its neighbours. Past
@@ -165,14 +173,22 @@ impl Ranges {
     /// next pages lie near what it reads now, below it for a backward
     /// reader).
     fn add(&mut self, p: u64) {
-        let mut start = p;
-        let mut end = p + 1;
-        if let Some((&s, &e)) = self.0.range(..p).next_back() {
-            if e == p {
+        self.add_range(p, p + 1);
+    }
+
+    /// Adds pages `[a, b)` (none of them in a range), merged with their
+    /// neighbours; past [`MAX_RANGES`] as [`Ranges::add`] does, `a` taken
+    /// for where the reader is.
+    fn add_range(&mut self, a: u64, b: u64) {
+        let p = a;
+        let mut start = a;
+        let mut end = b;
+        if let Some((&s, &e)) = self.0.range(..a).next_back() {
+            if e == a {
                 start = s;
             }
         }
-        if let Some(e) = self.0.remove(&(p + 1)) {
+        if let Some(e) = self.0.remove(&b) {
             end = e;
         }
         self.0.insert(start, end);
@@ -476,22 +492,33 @@ impl Budget {
             return self.read_floor(floor, req, view);
         };
         let on_floor = |p: u64| floor.is_some_and(|f| f.contains(p));
-        let read_whole = self.reads_whole(&window);
         // The pages the engine will read for nobody yet: the window's (or
-        // its span's, read whole).
-        let ahead =
-            |b: &Budget, p: u64| (read_whole || window.contains(p)) && b.speculative(p, req, view);
+        // its span's, read whole), speculative.
+        let spec = Spec {
+            window: &window,
+            whole: self.reads_whole(&window),
+            req,
+        };
         // Nearest the reader first (downwards for a backward window), until
         // the budget runs out at page `cut`.
         let (lo, hi) = (window.start, window.end());
         let backward = window.shape == Shape::Backward;
+        let outstanding = [&self.charged_out, &self.floor_out];
+        let step = |from: Option<u64>| -> Option<u64> {
+            if backward {
+                spec.next_down(from?, lo, &outstanding, view)
+            } else {
+                spec.next_up(from?, hi, &outstanding, view)
+            }
+        };
         let mut left = self.left();
         let (mut cut, mut kept) = (None, 0);
-        for i in 0..hi - lo {
-            let p = if backward { hi - 1 - i } else { lo + i };
-            if !ahead(self, p) {
-                continue;
-            }
+        let mut next = step(if backward {
+            hi.checked_sub(1)
+        } else {
+            Some(lo)
+        });
+        while let Some(p) = next {
             if !on_floor(p) {
                 if left == 0 {
                     cut = Some(p);
@@ -500,6 +527,11 @@ impl Budget {
                 left -= 1;
             }
             kept += 1;
+            next = step(if backward {
+                p.checked_sub(1)
+            } else {
+                Some(p + 1)
+            });
         }
         if let Some(p) = cut {
             self.foresee(&window, p, req, view);
@@ -531,21 +563,39 @@ impl Budget {
                 }
             }
         };
-        for p in admitted.start..admitted.end() {
-            if ahead(self, p) {
-                if on_floor(p) {
-                    self.floor += 1;
-                    self.floor_out.add(p);
-                } else {
-                    self.charged += 1;
-                    self.charged_out.add(p);
-                    if let Some(f) = &mut self.foreseen_out {
-                        f.take(p, p + 1);
-                    }
+        self.charge(&spec, &admitted, floor, view);
+        Some(admitted)
+    }
+
+    /// Charges the speculative pages of `admitted` (as `spec` selects
+    /// them), or records them as read on the floor where `floor` holds
+    /// them.
+    fn charge(
+        &mut self,
+        spec: &Spec,
+        admitted: &Window,
+        floor: Option<Window>,
+        view: &dyn CacheView,
+    ) {
+        let mut p = admitted.start;
+        while let Some(q) = spec.next_up(
+            p,
+            admitted.end(),
+            &[&self.charged_out, &self.floor_out],
+            view,
+        ) {
+            if floor.is_some_and(|f| f.contains(q)) {
+                self.floor += 1;
+                self.floor_out.add(q);
+            } else {
+                self.charged += 1;
+                self.charged_out.add(q);
+                if let Some(f) = &mut self.foreseen_out {
+                    f.take(q, q + 1);
                 }
             }
+            p = q + 1;
         }
-        Some(admitted)
     }
 
     /// Whether the engine reads strided window `w` whole, gaps included
@@ -553,15 +603,6 @@ impl Budget {
     fn reads_whole(&self, w: &Window) -> bool {
         matches!(w.shape, Shape::Strided { run, period }
             if super::hints::hinted_whole(run, period, self.read_through_gap))
-    }
-
-    /// Whether reading page `p` for `req` would be speculation not yet
-    /// accounted for: not the request's, not present, not already out.
-    fn speculative(&self, p: u64, req: Request, view: &dyn CacheView) -> bool {
-        (p < req.index || p >= req.end())
-            && !view.is_present(p)
-            && !self.charged_out.has(p)
-            && !self.floor_out.has(p)
     }
 
     /// While the budget waits for evidence (hints): records the pages of
@@ -572,17 +613,33 @@ impl Budget {
         let Some(mut f) = self.foreseen_out.take() else {
             return;
         };
-        let read_whole = self.reads_whole(window);
+        let spec = Spec {
+            window,
+            whole: self.reads_whole(window),
+            req,
+        };
         let (lo, hi) = if window.shape == Shape::Backward {
             (window.start, cut + 1)
         } else {
             (cut, window.end())
         };
-        for p in lo..hi {
-            if (read_whole || window.contains(p)) && self.speculative(p, req, view) && !f.has(p) {
-                f.add(p);
-                self.foreseen += 1;
-            }
+        // Consecutive pages go in as one range.
+        let mut run: Option<(u64, u64)> = None;
+        let mut p = lo;
+        while let Some(q) = spec.next_up(p, hi, &[&self.charged_out, &self.floor_out, &f], view) {
+            self.foreseen += 1;
+            run = match run {
+                Some((a, b)) if b == q => Some((a, q + 1)),
+                Some((a, b)) => {
+                    f.add_range(a, b);
+                    Some((q, q + 1))
+                }
+                None => Some((q, q + 1)),
+            };
+            p = q + 1;
+        }
+        if let Some((a, b)) = run {
+            f.add_range(a, b);
         }
         self.foreseen_out = Some(f);
     }
@@ -595,11 +652,16 @@ impl Budget {
         view: &dyn CacheView,
     ) -> Option<Window> {
         let f = floor?;
-        for p in f.start..f.end() {
-            if f.contains(p) && self.speculative(p, req, view) {
-                self.floor += 1;
-                self.floor_out.add(p);
-            }
+        let spec = Spec {
+            window: &f,
+            whole: false,
+            req,
+        };
+        let mut p = f.start;
+        while let Some(q) = spec.next_up(p, f.end(), &[&self.charged_out, &self.floor_out], view) {
+            self.floor += 1;
+            self.floor_out.add(q);
+            p = q + 1;
         }
         Some(f)
     }
@@ -607,13 +669,22 @@ impl Budget {
 
 /// The pages `w` reads ahead of `req` that are not present.
 fn reads_ahead(w: &Window, req: Request, view: &dyn CacheView) -> u64 {
-    (w.start..w.end())
-        .filter(|&p| w.contains(p) && (p < req.index || p >= req.end()) && !view.is_present(p))
-        .count() as u64
+    let spec = Spec {
+        window: w,
+        whole: false,
+        req,
+    };
+    let (mut n, mut p) = (0, w.start);
+    while let Some(q) = spec.next_up(p, w.end(), &[], view) {
+        n += 1;
+        p = q + 1;
+    }
+    n
 }
 
 mod budgeted;
 pub use budgeted::Budgeted;
+mod walk;
 
 #[cfg(test)]
 mod tests;
