@@ -4,11 +4,12 @@
 //! accounted for: pages the window reads, outside the request, not
 //! present, and in none of the ranges already charged, read on the floor
 //! or foreseen. Asked of every page of every window, that cost `ahead run`'s
-//! helper as much CPU as the program it served: a cached sqlite3 IN-list
-//! of 3,003 `pread`s took 9 ms of the program's CPU and about as much of
-//! the helper's, 90% of it in `Budget::foresee` asking three maps about
-//! pages each decision had already recorded (`perf record --call-graph
-//! dwarf`, 10 runs). The walk answers the range questions by jumping:
+//! helper several times the CPU of the program it served: a cached sqlite3
+//! IN-list of 3,003 `pread`s took 9 ms of the program's CPU and 75–80 ms
+//! of the helper's (`--stats`), 90% of it in `Budget::foresee` asking
+//! three maps about pages each decision had already recorded (`perf
+//! record --call-graph dwarf`, 10 runs); 3.8–4.3 ms with the walk. The
+//! walk answers the range questions by jumping:
 //! past a stride's gap, past the request, past a whole range of pages
 //! already accounted for. Only the cache is still asked page by page, for
 //! the pages that pass the rest. The pages visited, and their order, are
