@@ -169,6 +169,12 @@ enum Ev {
     Issue(usize),
     IoDone(u32),
     RequestDone(u32),
+    /// `ahead run`'s helper hints `count` pages of `file` from `page`.
+    Hint {
+        file: usize,
+        page: u64,
+        count: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -231,6 +237,9 @@ struct Core {
     /// Each file's net count of page faults that missed (the kernel's
     /// `mmap_miss`, [`serve::fault`]).
     mmap_miss: Vec<u32>,
+    /// How long `ahead run`'s helper naps between looks at its queue
+    /// ([`preload::HELPER_NAP`]).
+    helper_nap: f64,
 }
 
 /// The simulator: readers, a cache with a budget and a device, in virtual
@@ -283,6 +292,7 @@ impl Simulator {
                 request_seq: 0,
                 device_cost,
                 mmap_miss: vec![0; file_pages.len()],
+                helper_nap: preload::HELPER_NAP,
                 cfg,
             },
             policies,
@@ -397,6 +407,7 @@ impl Simulator {
                     }
                     c.start_ios();
                 }
+                Ev::Hint { file, page, count } => serve::hint(c, file, page, count),
                 Ev::RequestDone(id) => {
                     let req = &requests[id as usize];
                     let r = req.reader;

@@ -72,20 +72,32 @@ pub(super) fn issue(
         c.stats.late_prefetches += 1;
     }
     // `ahead run`: the preload's hints for this read, read as readahead
-    // with no marker once the read is under way. (A fault is not seen by
-    // the preload.)
+    // with no marker when the helper next wakes ([`super::preload::HELPER_NAP`]). (A fault
+    // is not seen by the preload.)
     if let Some(p) = preload.filter(|_| !faults) {
         let mut runs = Vec::new();
         p.read(off, len, &mut runs);
-        let mut table = FileTable { core: c, file };
+        let nap = c.helper_nap;
+        let at_wake = if nap > 0.0 {
+            (c.now / nap).floor() * nap + nap
+        } else {
+            c.now
+        };
         for (at, n) in runs {
-            let window = Window::forward(at / ps, n.div_ceil(ps), 0);
-            if let Some(w) = window.clip(table.file_pages()) {
-                table.submit_readahead(&w);
-            }
+            let (page, count) = (at / ps, n.div_ceil(ps));
+            c.schedule(at_wake, Ev::Hint { file, page, count });
         }
     }
     (waiting, len)
+}
+
+/// `ahead run`'s helper hints `count` pages of `file` from `page`: read
+/// as readahead with no marker.
+pub(super) fn hint(c: &mut Core, file: usize, page: u64, count: u64) {
+    let mut table = FileTable { core: c, file };
+    if let Some(w) = Window::forward(page, count, 0).clip(table.file_pages()) {
+        table.submit_readahead(&w);
+    }
 }
 
 /// Past this many net misses of a file's page faults the kernel stops

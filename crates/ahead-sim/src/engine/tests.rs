@@ -155,3 +155,34 @@ fn page_faults_read_around_and_stop_after_many_misses() {
     assert_eq!(s.pages_hit, 0, "{s:?}");
     assert_eq!(s.device_bytes, (100 * 32 + 200) * 4096, "{s:?}");
 }
+
+/// The helper sends a read's hints when it next wakes, at the next whole
+/// millisecond ([`preload::HELPER_NAP`]): a backward reader that reads as
+/// fast as the device lets it reaches pages the helper has not yet hinted
+/// and waits for more of them than with hints sent as each read is
+/// served; one whose reads come 2 ms apart finds every window hinted
+/// before it gets there either way.
+#[test]
+fn hints_go_out_when_the_helper_wakes() {
+    let sim = |interval: f64, nap: f64| {
+        let mut e = engine(SimPolicy::Run, 1 << 20, 4_000);
+        e.core.helper_nap = nap;
+        let reader = ReaderSpec {
+            interval,
+            ..backward(4_000, 8192)
+        };
+        e.run_phase(vec![reader])
+    };
+    let (napping, at_once) = (sim(0.0, preload::HELPER_NAP), sim(0.0, 0.0));
+    assert!(
+        napping.pages_hit + 20 < at_once.pages_hit,
+        "{} hits napping, {} with hints at once",
+        napping.pages_hit,
+        at_once.pages_hit
+    );
+    assert!(napping.seconds > at_once.seconds);
+    assert_eq!(
+        sim(2e-3, preload::HELPER_NAP).pages_hit,
+        sim(2e-3, 0.0).pages_hit
+    );
+}
