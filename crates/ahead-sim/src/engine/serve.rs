@@ -72,8 +72,8 @@ pub(super) fn issue(
         c.stats.late_prefetches += 1;
     }
     // `ahead run`: the preload's hints for this read, read as readahead
-    // with no marker when the helper next wakes ([`super::preload::HELPER_NAP`]). (A fault
-    // is not seen by the preload.)
+    // with no marker when the helper next wakes (`preload::HELPER_NAP`).
+    // (A fault is not seen by the preload.)
     if let Some(p) = preload.filter(|_| !faults) {
         let mut runs = Vec::new();
         p.read(off, len, &mut runs);

@@ -180,7 +180,6 @@ impl Ranges {
     /// neighbours; past [`MAX_RANGES`] as [`Ranges::add`] does, `a` taken
     /// for where the reader is.
     fn add_range(&mut self, a: u64, b: u64) {
-        let p = a;
         let mut start = a;
         let mut end = b;
         if let Some((&s, &e)) = self.0.range(..a).next_back() {
@@ -193,8 +192,8 @@ impl Ranges {
         }
         self.0.insert(start, end);
         if self.0.len() > MAX_RANGES {
-            let low = self.0.first_key_value().map_or(0, |(&s, _)| p - s.min(p));
-            let high = self.0.last_key_value().map_or(0, |(&s, _)| s.max(p) - p);
+            let low = self.0.first_key_value().map_or(0, |(&s, _)| a - s.min(a));
+            let high = self.0.last_key_value().map_or(0, |(&s, _)| s.max(a) - a);
             if low >= high {
                 self.0.pop_first();
             } else {
