@@ -107,3 +107,77 @@ fn ahead_is_never_worse_than_ondemand_on_every_real_trace() {
     eprintln!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// What `ahead run --stats` counts, on every file of every real trace:
+/// its reads given to a [`Hinter`] as the preload's helper gives them
+/// (sequential where a read begins at the end of the one before, cached
+/// where every page of it was hinted), hinted pages are at most the larger
+/// of `1 + k` times those a read took and `c`, after every read. So every
+/// file that hinted more than `c` pages has an accuracy of one half or
+/// more. (The helper gets fewer reads than this:
+/// the shim and the core pass some over; every read is the harder case
+/// for the bound, since each may send hints.)
+#[test]
+fn hints_unread_stay_within_the_bound_on_every_real_trace() {
+    use ahead::ra::budget::{HINT_CREDIT_PAGES, WASTE_PER_USE};
+    use ahead::ra::hints::{self, preload::MAX_WINDOW, Hinter};
+    use ahead::ra::{new_policy, PolicyKind};
+    use std::collections::HashSet;
+    const PAGE: u64 = 4096;
+    struct Seen {
+        hinter: Hinter,
+        hinted: HashSet<u64>,
+        sent: u64,
+        read: u64,
+        end: u64,
+    }
+    let (num, den) = WASTE_PER_USE;
+    let mut failures = Vec::new();
+    for path in corpus() {
+        let trace = ahead_sim::scenario::load_trace(&path, None).unwrap();
+        let mut files: Vec<Option<Seen>> = (0..trace.files.len()).map(|_| None).collect();
+        let mut out = Vec::new();
+        for op in trace.ops.iter().filter(|op| !op.fault && op.len > 0) {
+            let size = trace.files[op.file].size.unwrap_or(1 << 40);
+            let f = files[op.file].get_or_insert_with(|| Seen {
+                hinter: Hinter::new(
+                    new_policy(PolicyKind::Ahead, hints::config(MAX_WINDOW, PAGE)),
+                    size,
+                    PAGE,
+                ),
+                hinted: HashSet::new(),
+                sent: 0,
+                read: 0,
+                end: u64::MAX,
+            });
+            let mut cached = true;
+            for p in op.offset / PAGE..(op.offset + op.len).div_ceil(PAGE) {
+                if f.hinted.remove(&p) {
+                    f.read += 1;
+                } else {
+                    cached = false;
+                }
+            }
+            out.clear();
+            let sequential = op.offset == f.end;
+            f.sent += f
+                .hinter
+                .request(op.offset, op.len, cached, sequential, &mut out);
+            f.end = op.offset + op.len;
+            for &(s, n) in &out {
+                f.hinted.extend(s / PAGE..(s + n) / PAGE);
+            }
+            if f.sent * den > (f.read * (num + den)).max(HINT_CREDIT_PAGES * den) {
+                failures.push(format!(
+                    "{} {}: hinted {}, read {}",
+                    path.display(),
+                    trace.files[op.file].path.as_deref().unwrap_or("?"),
+                    f.sent,
+                    f.read
+                ));
+                files[op.file] = None;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -179,8 +179,16 @@ impl Hinter {
             // backward scan of rows read forward (sqlite3's leaf and
             // overflow pages) meets its lookahead marker on a forward
             // read. Dropped, that window was taken for read all the same,
-            // and never hinted: 36% of such a scan went unhinted.
-            windows.retain(|w| !matches!(w.shape, Shape::Forward));
+            // and never hinted: 36% of such a scan went unhinted. What the
+            // kernel reads by itself is given back to the file's budget:
+            // charged, a forward stream read as the kernel reads it earned
+            // credit that irregular jumps then spent on hints nobody read
+            // (h5py every 56th row of 16x1024 chunks: 9,290 pages charged,
+            // 350 hinted, 85 of those read).
+            for w in windows.iter().filter(|w| w.shape == Shape::Forward) {
+                self.policy.left_to_kernel(*w);
+            }
+            windows.retain(|w| w.shape != Shape::Forward);
             if windows.is_empty() {
                 return 0;
             }
@@ -219,6 +227,21 @@ impl Hinter {
                 _ => hint(w.start, w.size),
             }
         }
+        // Two windows of one request may overlap (streams of one stride
+        // found twice): each page is hinted, and counted, once.
+        out[before..].sort_unstable();
+        let mut merged = before;
+        for i in before..out.len() {
+            let (s, n) = out[i];
+            if merged > before && out[merged - 1].0 + out[merged - 1].1 >= s {
+                let last = &mut out[merged - 1];
+                last.1 = last.1.max(s + n - last.0);
+            } else {
+                out[merged] = (s, n);
+                merged += 1;
+            }
+        }
+        out.truncate(merged);
         let mut pages = 0;
         for r in &mut out[before..] {
             pages += r.1;

@@ -411,6 +411,13 @@ pub trait Policy: Send {
     }
     /// Called when a request has been served.
     fn finish(&mut self, _req: Request) {}
+    /// The engine did not read `window`, decided for the request now
+    /// being served, because the kernel under it reads that window by
+    /// itself (hints: a forward stream's window on a sequential read).
+    /// What it charged the file's speculation budget is given back, so
+    /// that pages nobody hinted neither spend nor earn; the policy's own
+    /// record keeps it as read.
+    fn left_to_kernel(&mut self, _window: Window) {}
     /// Facts observed by the engine.
     fn feedback(&mut self, _event: Feedback) {}
     /// Whether speculative pages are out whose use the policy is counting

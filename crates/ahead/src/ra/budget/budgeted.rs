@@ -107,6 +107,10 @@ impl<P: Policy> Policy for Budgeted<P> {
         }
         self.inner.finish(req);
     }
+    fn left_to_kernel(&mut self, window: Window) {
+        self.budget.refund(window);
+        self.inner.left_to_kernel(window);
+    }
     fn feedback(&mut self, event: Feedback) {
         if let Feedback::EvictedUnused { index } = event {
             self.budget.forget(index);
