@@ -120,13 +120,12 @@ fn ahead_is_never_worse_than_ondemand_on_every_real_trace() {
 #[test]
 fn hints_unread_stay_within_the_bound_on_every_real_trace() {
     use ahead::ra::budget::{HINT_CREDIT_PAGES, WASTE_PER_USE};
-    use ahead::ra::hints::{self, preload::MAX_WINDOW, Hinter};
+    use ahead::ra::hints::{self, preload::MAX_WINDOW, Hinter, Unread};
     use ahead::ra::{new_policy, PolicyKind};
-    use std::collections::HashSet;
     const PAGE: u64 = 4096;
     struct Seen {
         hinter: Hinter,
-        hinted: HashSet<u64>,
+        unread: Unread,
         sent: u64,
         read: u64,
         end: u64,
@@ -145,19 +144,14 @@ fn hints_unread_stay_within_the_bound_on_every_real_trace() {
                     size,
                     PAGE,
                 ),
-                hinted: HashSet::new(),
+                unread: Unread::default(),
                 sent: 0,
                 read: 0,
                 end: u64::MAX,
             });
-            let mut cached = true;
-            for p in op.offset / PAGE..(op.offset + op.len).div_ceil(PAGE) {
-                if f.hinted.remove(&p) {
-                    f.read += 1;
-                } else {
-                    cached = false;
-                }
-            }
+            let end = (op.offset + op.len).div_ceil(PAGE);
+            let (taken, cached) = f.unread.read(op.offset / PAGE, end);
+            f.read += taken;
             out.clear();
             let sequential = op.offset == f.end;
             f.sent += f
@@ -165,7 +159,7 @@ fn hints_unread_stay_within_the_bound_on_every_real_trace() {
                 .request(op.offset, op.len, cached, sequential, &mut out);
             f.end = op.offset + op.len;
             for &(s, n) in &out {
-                f.hinted.extend(s / PAGE..(s + n) / PAGE);
+                f.unread.hinted(s / PAGE, (s + n) / PAGE, usize::MAX);
             }
             if f.sent * den > (f.read * (num + den)).max(HINT_CREDIT_PAGES * den) {
                 failures.push(format!(

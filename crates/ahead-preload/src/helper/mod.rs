@@ -472,7 +472,7 @@ struct Open {
     size: u64,
     last_end: u64,
     hinter: Option<Hinter>,
-    hinted: std::collections::HashSet<u64>,
+    hinted: hints::Unread,
     stats: FileStats,
 }
 
@@ -592,7 +592,7 @@ impl State {
                     ..FileStats::default()
                 },
                 hinter,
-                hinted: std::collections::HashSet::new(),
+                hinted: hints::Unread::default(),
             },
         );
     }
@@ -640,13 +640,8 @@ impl State {
         o.stats.requests += 1;
         o.stats.bytes += ev.len;
         if ev.len > 0 && !o.hinted.is_empty() {
-            let first = ev.offset / page;
             let end = (ev.offset + ev.len).div_ceil(page);
-            for p in first..end {
-                if o.hinted.remove(&p) {
-                    o.stats.hinted_read += 1;
-                }
-            }
+            o.stats.hinted_read += o.hinted.read(ev.offset / page, end).0;
         }
         if mode() == Mode::Trace {
             let _ = writeln!(
@@ -685,11 +680,8 @@ impl State {
         for &(off, len) in runs.iter() {
             let _ =
                 rustix::fs::fadvise(bfd, off, NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
-            if o.hinted.len() < HINTED_SET_MAX {
-                for p in off / page..(off + len) / page {
-                    o.hinted.insert(p);
-                }
-            }
+            o.hinted
+                .hinted(off / page, (off + len) / page, HINTED_SET_MAX);
         }
         o.stats.hints += runs.len() as u64;
         o.stats.hinted_pages += pages;

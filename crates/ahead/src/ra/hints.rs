@@ -80,6 +80,38 @@ pub fn config(max_bytes: u64, page: u64) -> RaConfig {
     }
 }
 
+/// A file's hinted pages not yet read, as `ahead run --stats` counts its
+/// hints' accuracy: a read takes each hinted page once. The preload's
+/// helper keeps one per file, and the tests of the hints' bound count with
+/// it too.
+#[derive(Debug, Default)]
+pub struct Unread(std::collections::HashSet<u64>);
+
+impl Unread {
+    /// Whether no hinted page is waiting to be read.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// A read of pages `first..end`: how many of them were hinted and not
+    /// read before, and whether every one of them was.
+    pub fn read(&mut self, first: u64, end: u64) -> (u64, bool) {
+        let mut taken = 0;
+        for p in first..end {
+            taken += u64::from(self.0.remove(&p));
+        }
+        (taken, taken == end.saturating_sub(first))
+    }
+
+    /// Pages `first..end` were hinted. Past `max` pages waiting, no more
+    /// are remembered (their reads then go uncounted).
+    pub fn hinted(&mut self, first: u64, end: u64, max: usize) {
+        if self.0.len() < max {
+            self.0.extend(first..end);
+        }
+    }
+}
+
 /// One file's readahead policy and the pages it has seen.
 pub struct Hinter {
     policy: Box<dyn Policy>,

@@ -380,27 +380,19 @@ fn hints_within_their_bound(reqs: &[(u64, u64)], max: u64) -> Result<(), String>
     let page = 4096;
     let policy = new_policy(PolicyKind::Ahead, hints::config(max * page, page));
     let mut h = hints::Hinter::new(policy, 70_000 * page, page);
-    let mut hinted = std::collections::HashSet::new();
+    let mut unread = hints::Unread::default();
     let (mut sent, mut read, mut last_end) = (0u64, 0u64, u64::MAX);
     let mut out = Vec::new();
     let (num, den) = WASTE_PER_USE;
     for &(index, count) in reqs {
         let (at, len) = (index * page, count * page);
-        let mut cached = true;
-        for p in at / page..(at + len).div_ceil(page) {
-            if hinted.remove(&p) {
-                read += 1;
-            } else {
-                cached = false;
-            }
-        }
+        let (taken, cached) = unread.read(index, index + count);
+        read += taken;
         out.clear();
         sent += h.request(at, len, cached, at == last_end, &mut out);
         last_end = at + len;
         for &(s, n) in &out {
-            for p in s / page..(s + n) / page {
-                hinted.insert(p);
-            }
+            unread.hinted(s / page, (s + n) / page, usize::MAX);
         }
         if sent * den > (read * (num + den)).max(HINT_CREDIT_PAGES * den) {
             return Err(format!("hinted {sent}, read {read}: {:?}", h.describe()));
