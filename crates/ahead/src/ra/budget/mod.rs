@@ -605,19 +605,16 @@ impl Budget {
     /// [`Policy::left_to_kernel`]: crate::ra::Policy::left_to_kernel
     pub fn refund(&mut self, window: Window) {
         let (lo, hi) = (window.start, window.end());
-        for &(a, b) in &self.charged_now {
-            let (a, b) = (a.max(lo), b.min(hi));
-            if a < b {
-                self.charged -= self.charged_out.take(a, b);
-            }
-        }
+        // What of `now` lies in the window, taken from `set` (an empty
+        // span takes nothing).
+        let within = |set: &mut Ranges, now: &[(u64, u64)]| -> u64 {
+            now.iter()
+                .map(|&(a, b)| set.take(a.max(lo), b.min(hi)))
+                .sum()
+        };
+        self.charged -= within(&mut self.charged_out, &self.charged_now);
         if let Some(f) = &mut self.foreseen_out {
-            for &(a, b) in &self.foreseen_now {
-                let (a, b) = (a.max(lo), b.min(hi));
-                if a < b {
-                    self.foreseen -= f.take(a, b);
-                }
-            }
+            self.foreseen -= within(f, &self.foreseen_now);
         }
     }
 

@@ -63,7 +63,8 @@ impl Ranges {
         }
     }
 
-    /// Removes `[a, b)`; returns how many pages were there.
+    /// Removes `[a, b)`; returns how many pages were there (none where
+    /// `a >= b`).
     pub(super) fn take(&mut self, a: u64, b: u64) -> u64 {
         let mut taken = 0;
         // The last range starting before `b`, while it overlaps [a, b).

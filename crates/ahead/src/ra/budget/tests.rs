@@ -26,6 +26,7 @@ fn ranges_merge_split_and_credit_each_page_once() {
     assert_eq!(b.take(6, 8), 2);
     assert_eq!(b.take(6, 8), 0, "a page is earned once");
     assert!(b.has(5) && b.has(8) && b.has(9) && !b.has(6) && b.has(20));
+    assert_eq!(b.take(9, 5), 0, "an empty span takes nothing");
     assert_eq!(b.take(0, 100), 4);
     assert!(b.is_empty());
 }
