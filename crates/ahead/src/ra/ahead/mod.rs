@@ -330,40 +330,18 @@ impl Policy for StreamTable {
                         // ahead within it; such requests are read whole, one
                         // by one.
                         if s.confirmations >= STRIDE_CONFIRMATIONS && req.count <= self.max {
-                            s.direction = Direction::Strided {
-                                run: req.count,
-                                period: s.period,
-                            };
+                            for issued in s.turn_strided(req.count) {
+                                self.ledger.settle(issued.speculative, issued.used);
+                            }
                         }
                     }
-                    Match::Jitter => {
-                        // The gap moved by a page or two: not a stride to
-                        // predict page by page, now or later. The period
-                        // follows the latest gap, so a slow drift stays
-                        // matched.
-                        s.period = req.index - s.last.index;
-                        s.confirmations = 0;
-                        if !s.jittered {
-                            // What failed was the page-exact prediction;
-                            // the irregular rule is judged on its own
-                            // windows, and soon.
-                            s.jittered = true;
-                            s.held = false;
-                            s.ledger = Ledger::PROBATION;
-                        }
-                        if req.count <= self.max {
-                            s.direction = Direction::Irregular {
-                                run: req.count,
-                                period: s.period,
-                            };
-                        }
-                    }
+                    Match::Jitter => s.jitter(req, self.max),
                     Match::StrideCandidate(period) => {
                         s.period = period;
                         s.confirmations = 1;
                         s.direction = Direction::Unknown;
                     }
-                    Match::InsideWindow => {}
+                    Match::InsideWindow => s.gap_inside_window(req),
                 }
                 if s.held {
                     // Re-armed only by requests that continue the stream

@@ -74,8 +74,9 @@ pub(super) struct Stream {
     pub(super) held: bool,
     /// Exact continuations in a row while held.
     pub(super) rearm: u32,
-    /// A gap of this stream has moved ([`Match::Jitter`]): it stays an
-    /// irregular stride, never predicted page by page again.
+    /// A gap of this stream has moved ([`Match::Jitter`], or between
+    /// requests inside a forward window of it): it stays an irregular
+    /// stride, never predicted page by page again.
     pub(super) jittered: bool,
     /// Pages its requests asked for. A stream by ahead's own rules reads
     /// ahead no more than this in one window ([`Stream::shown`]).
@@ -167,6 +168,80 @@ impl Stream {
     pub(super) fn holding(&self) -> bool {
         self.held && self.speculates_beyond_the_kernel()
     }
+
+    /// Its requests showed a stride of `run` pages, seen
+    /// [`STRIDE_CONFIRMATIONS`] times: it reads by the strided rule from
+    /// now on. A forward stream's windows so far were the forward rule's
+    /// (the kernel's, unless the stream was interleaved): they leave it
+    /// unjudged by the stride, whose record starts empty as a new
+    /// stream's would; what it returns are the windows of an interleaved
+    /// one, for the file's record.
+    pub(super) fn turn_strided(&mut self, run: u64) -> impl Iterator<Item = Issued> {
+        let mut left = [None, None];
+        if self.direction == Direction::Forward {
+            let windows = [self.window.take(), self.previous.take()];
+            if self.interleaved {
+                left = windows;
+            }
+            self.ledger = Ledger::EMPTY;
+            self.size = 0;
+        }
+        self.direction = Direction::Strided {
+            run,
+            period: self.period,
+        };
+        left.into_iter().flatten()
+    }
+
+    /// `req` came about one period after the last request, not exactly
+    /// ([`Match::Jitter`]): not a stride to predict page by page, now or
+    /// later. The period follows the latest gap, so a slow drift stays
+    /// matched; a run larger than `max` is read whole, as it is asked.
+    pub(super) fn jitter(&mut self, req: Request, max: u64) {
+        self.period = req.index - self.last.index;
+        self.confirmations = 0;
+        if !self.jittered {
+            // What failed was the page-exact prediction; the irregular
+            // rule is judged on its own windows, and soon.
+            self.jittered = true;
+            self.held = false;
+            self.ledger = Ledger::PROBATION;
+        }
+        if req.count <= max {
+            self.direction = Direction::Irregular {
+                run: req.count,
+                period: self.period,
+            };
+        }
+    }
+
+    /// `req` fell inside one of the stream's windows. A forward window
+    /// that holds its reader's gaps (the kernel's context readahead, a
+    /// file's first window) still shows them: the same gap between
+    /// requests of one size is a stride's evidence, and the stream turns
+    /// strided where its reader leaves the window ([`StreamTable::find`])
+    /// instead of learning the stride again from misses there (two round
+    /// trips on a store). A gap that moves by a page or two is an
+    /// irregular reader's: no evidence, then or later.
+    pub(super) fn gap_inside_window(&mut self, req: Request) {
+        let gap = req.index.saturating_sub(self.last.index);
+        if self.direction != Direction::Forward
+            || req.count != self.last.count
+            || gap <= self.last.count
+            || gap > MAX_STRIDE_PERIOD
+        {
+            return;
+        }
+        if gap == self.period {
+            self.confirmations += 1;
+        } else if self.period > 0 && gap.abs_diff(self.period) <= STRIDE_JITTER.min(self.period / 4)
+        {
+            self.jittered = true;
+        } else {
+            self.period = gap;
+            self.confirmations = 1;
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,12 +294,27 @@ impl StreamTable {
                 consider(slot, Match::Backward, s.last_used);
                 continue;
             }
-            if s.period > 0 && req.index == s.last.index + s.period && req.count == s.last.count {
+            // A forward stream's gaps, seen inside its own window, are
+            // evidence only: it becomes a stride where its reader leaves
+            // the window, the same gap seen at least twice before and
+            // none moved by a page or two (never an irregular one: that
+            // is learnt from requests of its own).
+            let forward = s.direction == Direction::Forward;
+            let evidence_only = forward
+                && (s.owns(req.index).is_some()
+                    || s.jittered
+                    || s.confirmations < STRIDE_CONFIRMATIONS);
+            if s.period > 0
+                && req.index == s.last.index + s.period
+                && req.count == s.last.count
+                && !evidence_only
+            {
                 consider(slot, Match::Stride, s.last_used);
                 continue;
             }
             let jitter = STRIDE_JITTER.min(s.period / 4);
             if jitter > 0
+                && !forward
                 && req.count == s.last.count
                 && req.index > last_end
                 && req.index.abs_diff(s.last.index + s.period) <= jitter

@@ -7,6 +7,8 @@ use crate::ra::tests_support::Sim;
 use crate::ra::PolicyKind;
 use crate::testdata::column_order;
 
+mod stride;
+
 fn sim(max: u64) -> Sim {
     Sim::new(PolicyKind::Ahead, max, 100_000)
 }
@@ -254,105 +256,6 @@ fn backward_reads_are_read_ahead_downwards() {
     assert!(s.demand_ios() <= 2, "demand I/Os: {}", s.demand_ios());
     for w in s.windows() {
         assert!(w.marker_page().is_none_or(|m| w.contains(m)));
-    }
-}
-
-#[test]
-fn stride_is_confirmed_twice_then_read_as_runs() {
-    let mut s = sim(64);
-    // read 1 page, skip 31 (a gap wider than MERGE_GAP)
-    for k in 0..300u64 {
-        s.read(10_000 + k * 32, 1);
-    }
-    let strided: Vec<&Window> = s
-        .windows()
-        .iter()
-        .filter(|w| matches!(w.shape, Shape::Strided { run: 1, period: 32 }))
-        .collect();
-    assert!(!strided.is_empty());
-    // Nothing between the runs was read.
-    for p in 10_000..19_600u64 {
-        if (p - 10_000) % 32 != 0 {
-            assert!(!s.cache.present[p as usize], "gap page {p} was read");
-        }
-    }
-    assert!(s.demand_ios() <= 3, "demand I/Os: {}", s.demand_ios());
-}
-
-/// The most runs any strided window of a 1-page-every-32 stride held, on
-/// a device that serves `parallelism` requests at once.
-fn most_runs(parallelism: Option<u64>) -> u64 {
-    let mut s = sim(4096);
-    s.cache.device = parallelism.map(|p| crate::ra::DeviceCost {
-        request_pages: 0,
-        latency_pages: 0,
-        parallelism: p,
-    });
-    for k in 0..3000u64 {
-        s.read(10_000 + k * 32, 1);
-    }
-    s.windows()
-        .iter()
-        .filter_map(|w| match w.shape {
-            Shape::Strided { period, .. } => Some(w.size.div_ceil(period)),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0)
-}
-
-#[test]
-fn a_source_serving_many_requests_at_once_gets_more_runs_per_window() {
-    // A disk: at most STRIDE_MAX_RUNS, whatever its queue.
-    assert!(most_runs(None) <= STRIDE_MAX_RUNS);
-    assert!(most_runs(Some(16)) <= STRIDE_MAX_RUNS);
-    assert!(most_runs(Some(32)) <= STRIDE_MAX_RUNS);
-    // An object store with 64 requests in flight: up to 64 runs.
-    let runs = most_runs(Some(64));
-    assert!(runs > STRIDE_MAX_RUNS && runs <= 64, "{runs}");
-}
-
-#[test]
-fn a_short_stride_gap_is_read_through() {
-    let mut s = sim(64);
-    // read 1 page, skip 3: cheaper to read the gaps than to skip them
-    for k in 0..300u64 {
-        s.read(10_000 + k * 4, 1);
-    }
-    assert!(s
-        .windows()
-        .iter()
-        .skip(4)
-        .all(|w| w.shape == Shape::Forward));
-    assert!(s.windows().iter().all(|w| w.pages() <= 64));
-    // After detection every page of the span is read, in few demand I/Os.
-    let missing: Vec<u64> = (10_100..11_100u64)
-        .filter(|&p| !s.cache.present[p as usize])
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{:?} {:?}",
-        &missing[..missing.len().min(10)],
-        s.first_windows(12)
-    );
-    assert!(s.demand_ios() <= 3, "demand I/Os: {}", s.demand_ios());
-}
-
-#[test]
-fn a_short_gap_that_would_multiply_the_bytes_is_not_read_through() {
-    let mut s = sim(64);
-    // read 1 page, skip 16: within MERGE_GAP, but 17 times the bytes
-    for k in 0..300u64 {
-        s.read(10_000 + k * 17, 1);
-    }
-    assert!(s
-        .windows()
-        .iter()
-        .any(|w| matches!(w.shape, Shape::Strided { run: 1, period: 17 })));
-    for p in 10_000..15_000u64 {
-        if (p - 10_000) % 17 != 0 {
-            assert!(!s.cache.present[p as usize], "gap page {p} was read");
-        }
     }
 }
 
