@@ -271,7 +271,14 @@ impl Policy for StreamTable {
     fn begin(&mut self, req: Request) {
         self.clock += 1;
         self.credit(req);
-        let previous = self.current;
+        // The stream of the request before, if it reads ahead: a request
+        // the kernel reads as it is (a new stream, of unknown direction)
+        // leaves its readahead state alone, and a forward stream
+        // continued after one is still the kernel's.
+        let previous = self.current.filter(|&p| {
+            let s = &self.streams[p];
+            s.live && s.direction != Direction::Unknown
+        });
         let mut found = self.find(req);
         let continues = matches!(
             found,
@@ -305,7 +312,7 @@ impl Policy for StreamTable {
                         if s.direction == Direction::Unknown {
                             s.direction = Direction::Forward;
                         }
-                        if previous != Some(slot) {
+                        if previous.is_some_and(|p| p != slot) {
                             s.interleaved = true;
                         }
                     }

@@ -555,3 +555,31 @@ fn on_a_far_store_rows_split_from_interleaved_readers_get_their_windows_at_once(
     // request, as before.
     assert_eq!(rows_read_ahead_in_round_two(None), vec![0]);
 }
+
+#[test]
+fn a_scan_between_random_single_reads_ramps_as_the_kernels_does() {
+    // The kernel reads a random request as it is and leaves the file's
+    // readahead state alone, so a scan between such requests ramps as if
+    // alone. ahead took it for a stream interleaved with another, and cut
+    // each of its windows to the pages it had asked for so far (21 pages
+    // after 7 requests of 3), a slower ramp than the kernel's.
+    let mut s = sim(512);
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut asked = 0;
+    let mut largest_over_asked = 0u64;
+    for k in 0..60u64 {
+        s.read(rng.u64(0..8000), 1);
+        let before = s.windows().len();
+        s.read(8192 + 3 * k, 3);
+        asked += 3;
+        for w in &s.windows()[before..] {
+            if w.start >= 8192 {
+                largest_over_asked = largest_over_asked.max(w.size.saturating_sub(asked));
+            }
+        }
+    }
+    assert!(
+        largest_over_asked > 0,
+        "every window of the scan was cut to what it had asked for"
+    );
+}
