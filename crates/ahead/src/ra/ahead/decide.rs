@@ -234,12 +234,14 @@ impl StreamTable {
             // A marker nobody remembers (the stream fell out of the table):
             // like the kernel's lookahead-clueless case, ramp up from the
             // cached run after it, as a forward stream. Unless the reader
-            // is known to go another way (backwards, strided): then the
-            // marker is a leftover of a window it has moved on from.
+            // is known to go another way (backwards, strided, or an
+            // irregular stride, whose strided windows were judged and
+            // dropped when its gap first moved): then the marker is a
+            // leftover of a window it has moved on from.
             if let Some(c) = self.current {
                 if matches!(
                     self.streams[c].direction,
-                    Direction::Backward | Direction::Strided { .. }
+                    Direction::Backward | Direction::Strided { .. } | Direction::Irregular { .. }
                 ) {
                     return None;
                 }
