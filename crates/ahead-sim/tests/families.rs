@@ -261,9 +261,12 @@ fn verdict(case: &Case, device: DeviceKind) -> Option<String> {
 
 proptest! {
     // A fixed seed, so that every run of the suite checks the same cases
-    // (FAMILY_CASES=N explores more; FAMILY_SEED=N other ones).
+    // (FAMILY_CASES=N explores more; FAMILY_SEED=N other ones). Seed 21
+    // passed 4,000 cases when the default went from 256 to 1,000;
+    // seeds 5, 9 and 13 then still failed on bytes alone
+    // (docs/never-worse.md).
     #![proptest_config(ProptestConfig {
-        cases: env_u64("FAMILY_CASES").unwrap_or(256) as u32,
+        cases: env_u64("FAMILY_CASES").unwrap_or(1000) as u32,
         rng_seed: RngSeed::Fixed(env_u64("FAMILY_SEED").unwrap_or(21)),
         ..ProptestConfig::default()
     })]
