@@ -31,6 +31,11 @@ pub struct EngineArgs {
     /// says to what; `ahead doctor FILE` shows it for a device).
     #[arg(long = "tune-readahead")]
     pub tune_readahead: bool,
+    /// Direct mode's readahead decides by the device's costs as learned
+    /// from its reads (`--stats` prints them): on, or off for the
+    /// policies' measured defaults [default: off].
+    #[arg(long = "learned-costs", value_parser = ["on", "off"])]
+    pub learned_costs: Option<String>,
     /// ahead's largest single read, a ranged GET for an object (e.g. 1m)
     /// [default: 256k].
     #[arg(long = "max-io")]
@@ -79,6 +84,9 @@ impl EngineArgs {
             config = config.with_max_readahead(parse_size(m).context("--max-readahead")?);
         }
         config = config.with_readahead_tuning(self.tune_readahead);
+        if let Some(v) = &self.learned_costs {
+            config = config.with_learned_costs(v == "on");
+        }
         if let Some(d) = self.io_depth {
             if d == 0 {
                 anyhow::bail!("--io-depth: at least 1");

@@ -696,24 +696,34 @@ fn the_engine_learns_its_devices_costs_from_a_files_reads() {
         f.read_at(&mut buf, page * 4096).unwrap();
     }
     assert!(engine.device_cost().is_none(), "small reads alone");
-    // Then 16 threads of them at once.
+    // Then 16 threads of them at once, for long enough that the rates'
+    // intervals (a throttle's slices) are seen a few times: at least 200
+    // reads each and 1.2 s.
+    let phase = std::time::Duration::from_millis(1200);
+    let start = std::time::Instant::now();
     std::thread::scope(|s| {
         for t in 0..16u64 {
             let f = &f;
             s.spawn(move || {
                 let mut buf = vec![0u8; 4096];
-                for k in 0..200 * scale {
+                let mut k = 0;
+                while k < 200 * scale || start.elapsed() < phase {
                     let page = (t * 7919 + k * 104729) % pages;
                     f.read_at(&mut buf, page * 4096).unwrap();
+                    k += 1;
                 }
             });
         }
     });
-    // Then 1 MiB reads of the rest, forward.
+    // Then 1 MiB reads of the rest, forward, as many times over as fit in
+    // 1.2 s (the cache holds a third of it: each pass reads it again).
     f.advise(0, u64::MAX, Advice::Normal);
     let mut big = vec![0u8; 1 << 20];
-    for mb in 32..32 + 64 * scale {
-        f.read_at(&mut big, mb << 20).unwrap();
+    let start = std::time::Instant::now();
+    while start.elapsed() < phase {
+        for mb in 32..32 + 64 * scale {
+            f.read_at(&mut big, mb << 20).unwrap();
+        }
     }
     let c = engine.device_cost().expect("learned after all three");
     eprintln!("learned: {c:?}");

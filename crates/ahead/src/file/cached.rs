@@ -65,8 +65,15 @@ impl File {
     /// What reading the file costs, as its policy is told at a decision
     /// ([`crate::io::ReadSource::cost`]): asked each time, since an object
     /// store's requests in flight grow as the engine measures the path.
-    pub(super) fn device_cost(&self) -> Option<crate::ra::DeviceCost> {
-        self.inner.source.cost(self.inner.engine.config.page_size)
+    ///
+    /// A device's source knows none; its costs as learned from its reads
+    /// are told where [`crate::EngineConfig::learned_costs`] asks.
+    pub fn device_cost(&self) -> Option<crate::ra::DeviceCost> {
+        let engine = &self.inner.engine;
+        self.inner.source.cost(engine.config.page_size).or_else(|| {
+            let device = self.inner.device.filter(|_| engine.config.learned_costs)?;
+            engine.learned_cost(device)
+        })
     }
 
     pub(super) fn planner<'a>(
@@ -108,7 +115,7 @@ impl File {
         }
         self.replay_hits(policy.as_mut(), &mut g);
         let max = shared.ra_window();
-        if policy.max_pages() != max && self.inner.learns {
+        if policy.max_pages() != max && self.inner.device.is_some() {
             policy.set_max_pages(max);
         }
         let mut planner = self.planner(&mut g, file_pages, req);
@@ -152,13 +159,13 @@ impl File {
             }
             let op = self.op_for(&plan, page);
             let engine = shared.clone();
-            let learn = self.inner.learns.then(|| engine.submitted());
+            let learn = self.inner.device.map(|d| (d, engine.submitted(d)));
             let speculative = plan.speculative;
             self.inner.backend.submit(
                 op,
                 Box::new(move |_op, result| {
-                    if let Some(at) = learn {
-                        engine.completed(at, &result, speculative);
+                    if let Some((d, at)) = learn {
+                        engine.completed(d, at, &result, speculative);
                     }
                     engine.cache.complete(&plan, result)
                 }),
@@ -166,10 +173,10 @@ impl File {
         }
         if let Some(plan) = inline {
             let mut op = self.op_for(&plan, page);
-            let learn = self.inner.learns.then(|| shared.submitted());
+            let learn = self.inner.device.map(|d| (d, shared.submitted(d)));
             let result = self.inner.backend.read_now(&mut op);
-            if let Some(at) = learn {
-                shared.completed(at, &result, plan.speculative);
+            if let Some((d, at)) = learn {
+                shared.completed(d, at, &result, plan.speculative);
             }
             shared.cache.complete(&plan, result);
         }

@@ -31,6 +31,9 @@ pub const DEFAULT_MAX_READAHEAD: u64 = 4 << 20;
 pub const DEFAULT_MAX_IO: u64 = 256 << 10;
 /// Default reads in flight: 64, enough for the random-read-at-depth case.
 pub const DEFAULT_DEPTH: usize = 64;
+/// Whether Direct files' policies decide by their device's learned costs by
+/// default ([`EngineConfig::learned_costs`]).
+pub const LEARNED_COSTS: bool = false;
 /// [`EngineConfig::for_objects`]' largest window: 64 MiB, near an object
 /// store's bandwidth-delay product with room for the ramp-up. Reading 1
 /// GiB forward on `ahead bench remote`'s `s3` profile (30 ms to the first
@@ -73,6 +76,12 @@ pub struct EngineConfig {
     /// within noise of it (docs/bench.md). `ahead doctor FILE` shows what
     /// the tuner chooses on a device.
     pub readahead_tuning: bool,
+    /// Let Direct files' readahead policies decide by what their device
+    /// charges as learned from its reads ([`Engine::device_cost`],
+    /// [`crate::ra::learn`]): which stride gaps are read through and how
+    /// many runs a strided window holds. Until the device's costs are
+    /// known, and with this off, the policies use their measured defaults.
+    pub learned_costs: bool,
     /// Largest single device read, in bytes.
     pub max_io: u64,
     /// Which backend.
@@ -153,6 +162,12 @@ impl EngineConfig {
         self.readahead_tuning = v;
         self
     }
+    /// Sets whether Direct files' policies decide by their device's learned
+    /// costs ([`EngineConfig::learned_costs`]).
+    pub fn with_learned_costs(mut self, v: bool) -> EngineConfig {
+        self.learned_costs = v;
+        self
+    }
     /// Sets the largest device read in bytes.
     pub fn with_max_io(mut self, v: u64) -> EngineConfig {
         self.max_io = v;
@@ -219,6 +234,7 @@ impl Default for EngineConfig {
             policy: PolicyKind::Ahead,
             max_readahead: DEFAULT_MAX_READAHEAD,
             readahead_tuning: false,
+            learned_costs: LEARNED_COSTS,
             max_io: DEFAULT_MAX_IO,
             backend: BackendKind::Auto,
             buffered_backend: BackendKind::Pool,
@@ -347,9 +363,9 @@ pub(super) struct Shared {
     /// The disk tier for objects ([`EngineConfig::cache_dir`]).
     #[cfg(feature = "remote")]
     pub(super) tier: Option<Arc<crate::remote::DiskTier>>,
-    /// What the device of Direct files charges, learned from their reads
+    /// What the devices of Direct files charge, learned from their reads
     /// ([`ra::learn`]), and the origin of its times.
-    pub(super) learner: std::sync::Mutex<ra::learn::CostLearner>,
+    pub(super) learner: std::sync::Mutex<ra::learn::Devices>,
     pub(super) epoch: std::time::Instant,
 }
 
@@ -359,15 +375,21 @@ impl Shared {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// The device's costs as learned so far, `None` until they are known.
-    pub(super) fn learned_cost(&self) -> Option<ra::DeviceCost> {
-        self.learner.lock().ok()?.cost()
+    /// What `device` charges as learned so far, `None` until it is known.
+    pub(super) fn learned_cost(&self, device: u64) -> Option<ra::DeviceCost> {
+        self.learner.lock().ok()?.cost(device)
     }
 
-    /// A read goes to the device: when, and how many are in flight.
-    pub(super) fn submitted(&self) -> (u64, u64) {
+    /// A read goes to `device`: when, and how many are in flight there
+    /// (0: not learned).
+    pub(super) fn submitted(&self, device: u64) -> (u64, u64) {
         let now = self.now_ns();
-        let depth = self.learner.lock().map_or(0, |mut l| l.submitted(now));
+        let depth = self
+            .learner
+            .lock()
+            .ok()
+            .and_then(|mut l| l.of(device).map(|l| l.submitted(now)))
+            .unwrap_or(0);
         (now, depth)
     }
 }
@@ -436,7 +458,7 @@ impl Engine {
                 #[cfg(feature = "remote")]
                 tier,
                 served: Served::default(),
-                learner: std::sync::Mutex::new(ra::learn::CostLearner::new(page)),
+                learner: std::sync::Mutex::new(ra::learn::Devices::new(page)),
                 epoch: std::time::Instant::now(),
                 config,
             }),
@@ -529,10 +551,10 @@ impl Engine {
     /// What the device of this engine's Direct files charges, as learned
     /// from their reads so far ([`ra::learn`]): `None` until the latency of
     /// small reads, the bandwidth and the rate of small reads are all
-    /// known. Reported, not yet decided by: under a cgroup's cap its
-    /// figures still moved 2–3× between runs (docs/never-worse.md).
+    /// known. Of the device with the most reads, where the engine's files
+    /// are on several ([`File::device_cost`] for one file's).
     pub fn device_cost(&self) -> Option<ra::DeviceCost> {
-        self.shared.learned_cost()
+        self.shared.learner.lock().ok()?.busiest()
     }
 
     /// Counters summed over every file. A page read ahead whose first

@@ -96,7 +96,9 @@ struct FileInner {
     /// as the engine measures the path.
     source: Arc<dyn ReadSource>,
     backend: Arc<dyn crate::io::Backend>,
-    learns: bool,
+    /// The device whose costs its reads teach the engine (`st_dev`, or a
+    /// block device's `st_rdev`): Direct files only.
+    device: Option<u64>,
     policy: Mutex<Box<dyn Policy>>,
     /// Requests served by the hit path, for the policy to see in order
     /// before its next decision (see [`File::read_hit`]); one queue per
@@ -162,6 +164,15 @@ impl Kind {
     }
 }
 
+/// The device a descriptor's reads go to, for the engine's cost learners:
+/// a block device's own number, a file's file system's.
+fn device_of(fd: &OwnedFd) -> Option<u64> {
+    let st = rustix::fs::fstat(fd).ok()?;
+    let block =
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::BlockDevice;
+    Some(if block { st.st_rdev } else { st.st_dev })
+}
+
 impl File {
     /// A file (or object) opened by an engine, from its parts.
     fn assemble(p: Parts) -> File {
@@ -175,6 +186,10 @@ impl File {
             () if by_request => p.engine.remote_backend().clone(),
             () => p.engine.backend.clone(),
         };
+        let device = match &p.kind {
+            Kind::Direct { fd, .. } if !by_request => device_of(fd),
+            _ => None,
+        };
         File {
             inner: Arc::new(FileInner {
                 served: Served::default(),
@@ -184,7 +199,7 @@ impl File {
                 kind: p.kind,
                 source,
                 backend,
-                learns: !by_request,
+                device,
                 policy: Mutex::new(p.policy),
                 hits_seen: hit_queues(),
                 hits_queued: std::sync::atomic::AtomicBool::new(false),

@@ -37,11 +37,19 @@ impl Shared {
     /// The read submitted `at` (what [`Shared::submitted`] returned)
     /// completed with `result`; `speculative`: it was readahead, which
     /// the window tuner times.
-    pub(super) fn completed(&self, at: (u64, u64), result: &io::Result<usize>, speculative: bool) {
+    pub(super) fn completed(
+        &self,
+        device: u64,
+        at: (u64, u64),
+        result: &io::Result<usize>,
+        speculative: bool,
+    ) {
         let now = self.now_ns();
         let bytes = result.as_ref().map_or(0, |&n| n as u64);
         if let Ok(mut l) = self.learner.lock() {
-            l.completed(at.0, at.1, now, bytes);
+            if let Some(l) = l.of(device) {
+                l.completed(at.0, at.1, now, bytes);
+            }
         }
         if let (true, Some(t)) = (speculative, &self.tuner) {
             let counts = || {

@@ -1,11 +1,14 @@
 //! What a device charges, learned from the reads it serves
 //! ([`DeviceCost`]), so that "reading through is cheaper" can be decided
 //! from the device at hand and not from a model of one. The Direct engine
-//! learns it from its files' reads and reports it
-//! ([`crate::Engine::device_cost`], `ahead read --stats`); the policies do
-//! not decide by it yet: under a cgroup's cap the learned figures still
-//! moved 2–3× between runs, where one reader's large reads one at a time
-//! show its own pace and not the device's bandwidth.
+//! learns it from its files' reads, one learner per device ([`Devices`]),
+//! and reports it ([`crate::Engine::device_cost`], `ahead read --stats`).
+//! The policies decide by it where
+//! [`crate::EngineConfig::learned_costs`] asks, which is off by default:
+//! on this machine's capped profiles the policies' defaults already read
+//! through what the learned figures would, and the learned figures'
+//! margin read a 4-page stride as runs 1.13× slower than reading it
+//! through (docs/never-worse.md).
 //!
 //! The learner is told when each read is submitted and when it completes
 //! (times in nanoseconds from any fixed origin, the read's bytes, how many
@@ -17,17 +20,25 @@
 //!   the device's own latency, without queueing;
 //! * **bandwidth**: the median bytes per second of busy time (time with at
 //!   least one read in flight) of the last `RATE_WINDOW` intervals of at
-//!   least
-//!   `INTERVAL_NS` and `INTERVAL_READS` reads that averaged at least
+//!   least `INTERVAL_NS` and `INTERVAL_READS` reads that averaged at least
 //!   `LARGE_PAGES` (small reads are held to the request rate, and say
-//!   nothing of the bandwidth);
+//!   nothing of the bandwidth) with at least `MIN_DEPTH` reads in flight on
+//!   average over the interval's busy time;
 //! * **request rate**: the median reads per second of busy time of the
 //!   last such intervals whose reads averaged at most `SMALL_PAGES` (a
 //!   rate of large reads says nothing of what one more request costs).
 //!
-//! Medians, not maxima: a cgroup throttle lets a burst through after an
-//! idle spell (0.1–0.5 s here), and the most seen was then 4–5 times the
-//! cap (96,582 small reads a second under a cap of 20,000).
+//! Each figure is known once `MIN_SAMPLES` intervals gave it. Medians, not
+//! maxima: a cgroup throttle lets a burst through after an idle spell
+//! (0.1–0.5 s here), and the most seen was then 4–5 times the cap (96,582
+//! small reads a second under a cap of 20,000). Intervals long enough to
+//! hold two of the throttle's dispatch slices: the throttle passes a
+//! slice's share at the disk's pace and then holds every read until the
+//! next slice, about 100 ms later here, so intervals of 5 ms were either
+//! all burst (1.2–2.5 GB/s under a cap of 200 MiB/s) or all wait (90
+//! MB/s), and their median fell on either side from run to run.
+//! A reader alone (one read in flight) measures its own latency, not what
+//! the device serves at once, so such intervals teach no rate.
 //!
 //! From them, as the simulator's capped model derives its costs from its
 //! caps: one more request holds the device bandwidth ÷ rate bytes
@@ -50,11 +61,21 @@ pub(crate) const LARGE_PAGES: u64 = 16;
 /// alone: enough to find the device's own time among queued ones, few
 /// enough to follow a device that slows down.
 pub(crate) const LATENCY_WINDOW: usize = 64;
-/// The least busy time an interval counts rates over: 5 ms, a few of a
-/// cgroup throttle's dispatch slices.
-pub(crate) const INTERVAL_NS: u64 = 5_000_000;
+/// The least busy time an interval counts rates over: 250 ms, two and a
+/// half of a cgroup throttle's dispatch slices (about 100 ms on this
+/// kernel, measured: bursts of about 5 ms at the disk's pace, then a wait
+/// of about 90 ms). A device that needs no throttle is measured as well
+/// over long intervals as short ones.
+pub(crate) const INTERVAL_NS: u64 = 250_000_000;
 /// The rates are the medians of the last this many intervals of each kind.
 pub(crate) const RATE_WINDOW: usize = 15;
+/// A rate is known once this many intervals gave it: one interval may be a
+/// throttle's burst after an idle spell, and the median of three is not.
+pub(crate) const MIN_SAMPLES: usize = 3;
+/// An interval counts for the rates only with at least this many reads in
+/// flight on average over its busy time: a reader alone keeps one, and its
+/// pace is its latency's, not what the device serves.
+pub(crate) const MIN_DEPTH: f64 = 2.0;
 /// The fewest reads an interval counts rates over.
 pub(crate) const INTERVAL_READS: u64 = 32;
 
@@ -63,12 +84,18 @@ pub(crate) const INTERVAL_READS: u64 = 32;
 pub struct CostLearner {
     page: u64,
     in_flight: u64,
+    /// Reads completed since it was made.
+    told: u64,
     busy_since: u64,
     /// The interval being counted: busy time closed so far, reads and
     /// bytes completed.
     busy_ns: u64,
     reads: u64,
     bytes: u64,
+    /// Reads in flight times nanoseconds over the interval, and the time
+    /// of the last submission or completion: the interval's mean depth.
+    depth_area: u128,
+    last_event: u64,
     /// The last small reads' times, a ring.
     small: [u64; LATENCY_WINDOW],
     small_count: usize,
@@ -78,6 +105,55 @@ pub struct CostLearner {
     rate: Vec<f64>,
     /// The costs as last derived (when a figure changed).
     cost: Option<DeviceCost>,
+}
+
+/// The most devices an engine learns at once ([`Devices`]): more are
+/// read with the policies' defaults.
+pub const MAX_DEVICES: usize = 16;
+
+/// One [`CostLearner`] per device (`st_dev`, or `st_rdev` for a block
+/// device read as a file): two files of one engine on different devices
+/// teach each its own.
+#[derive(Debug)]
+pub struct Devices {
+    page: u64,
+    learners: Vec<(u64, CostLearner)>,
+}
+
+impl Devices {
+    /// Learners for reads in pages of `page` bytes, none yet.
+    pub fn new(page: u64) -> Devices {
+        Devices {
+            page,
+            learners: Vec::new(),
+        }
+    }
+
+    /// The learner of `device`, made at its first read (`None` past
+    /// [`MAX_DEVICES`]).
+    pub fn of(&mut self, device: u64) -> Option<&mut CostLearner> {
+        let i = match self.learners.iter().position(|(d, _)| *d == device) {
+            Some(i) => i,
+            None if self.learners.len() < MAX_DEVICES => {
+                self.learners.push((device, CostLearner::new(self.page)));
+                self.learners.len() - 1
+            }
+            None => return None,
+        };
+        Some(&mut self.learners[i].1)
+    }
+
+    /// What `device` charges as learned so far.
+    pub fn cost(&self, device: u64) -> Option<DeviceCost> {
+        let l = self.learners.iter().find(|(d, _)| *d == device)?;
+        l.1.cost()
+    }
+
+    /// What the device with the most reads so far charges.
+    pub fn busiest(&self) -> Option<DeviceCost> {
+        let l = self.learners.iter().max_by_key(|(_, l)| l.told)?;
+        l.1.cost()
+    }
 }
 
 /// Appends `x` to `ring`, holding the last [`RATE_WINDOW`].
@@ -100,10 +176,13 @@ impl CostLearner {
         CostLearner {
             page: page.max(1),
             in_flight: 0,
+            told: 0,
             busy_since: 0,
             busy_ns: 0,
             reads: 0,
             bytes: 0,
+            depth_area: 0,
+            last_event: 0,
             small: [0; LATENCY_WINDOW],
             small_count: 0,
             bandwidth: Vec::with_capacity(RATE_WINDOW),
@@ -118,6 +197,7 @@ impl CostLearner {
         if self.in_flight == 0 {
             self.busy_since = now;
         }
+        self.count_depth(now);
         self.in_flight += 1;
         self.in_flight
     }
@@ -130,7 +210,9 @@ impl CostLearner {
             // Not told of its submission: nothing to learn.
             return;
         }
+        self.count_depth(now);
         self.in_flight -= 1;
+        self.told += 1;
         if depth == 1 && bytes > 0 && bytes <= SMALL_PAGES * self.page {
             self.small[self.small_count % LATENCY_WINDOW] = now.saturating_sub(submitted).max(1);
             self.small_count += 1;
@@ -151,20 +233,30 @@ impl CostLearner {
             };
         if busy >= INTERVAL_NS && self.reads >= INTERVAL_READS {
             let secs = busy as f64 / 1e9;
-            if self.bytes >= LARGE_PAGES * self.page * self.reads {
+            let deep = self.depth_area as f64 / busy as f64 >= MIN_DEPTH;
+            if deep && self.bytes >= LARGE_PAGES * self.page * self.reads {
                 push(&mut self.bandwidth, self.bytes as f64 / secs);
             }
-            if self.bytes <= SMALL_PAGES * self.page * self.reads {
+            if deep && self.bytes <= SMALL_PAGES * self.page * self.reads {
                 push(&mut self.rate, self.reads as f64 / secs);
             }
             self.busy_ns = 0;
             self.reads = 0;
             self.bytes = 0;
+            self.depth_area = 0;
             self.cost = self.derive();
             if self.in_flight > 0 {
                 self.busy_since = now;
             }
         }
+    }
+
+    /// Adds the reads in flight since the last event to the interval's
+    /// depth, up to `now`.
+    fn count_depth(&mut self, now: u64) {
+        let since = now.saturating_sub(self.last_event);
+        self.depth_area += self.in_flight as u128 * since as u128;
+        self.last_event = self.last_event.max(now);
     }
 
     /// The device's latency as learned: the least of the last small reads
@@ -178,13 +270,19 @@ impl CostLearner {
     /// Bytes per second of busy time in large reads (the median of the
     /// last intervals).
     pub fn bandwidth(&self) -> Option<f64> {
-        median(&self.bandwidth).filter(|&b| b > 0.0)
+        (self.bandwidth.len() >= MIN_SAMPLES)
+            .then(|| median(&self.bandwidth))
+            .flatten()
+            .filter(|&b| b > 0.0)
     }
 
     /// Small reads per second of busy time (the median of the last
     /// intervals).
     pub fn rate(&self) -> Option<f64> {
-        median(&self.rate).filter(|&r| r > 0.0)
+        (self.rate.len() >= MIN_SAMPLES)
+            .then(|| median(&self.rate))
+            .flatten()
+            .filter(|&r| r > 0.0)
     }
 
     /// The costs, once latency, bandwidth and request rate are known (as
@@ -243,7 +341,14 @@ mod tests {
     }
 
     /// Reads of `pages` pages, `depth` kept in flight, `n` of them.
-    fn drive(l: &mut CostLearner, d: &mut Capped, t: &mut f64, pages: u64, depth: usize, n: usize) {
+    fn drive(
+        l: &mut CostLearner,
+        d: &mut impl Serve,
+        t: &mut f64,
+        pages: u64,
+        depth: usize,
+        n: usize,
+    ) {
         let mut out: Vec<(f64, u64, f64)> = Vec::new();
         let mut left = n;
         while left > 0 || !out.is_empty() {
@@ -258,6 +363,12 @@ mod tests {
             *t = t.max(done);
             l.completed(ns(sub), dep, ns(done), pages * 4096);
         }
+    }
+
+    /// How many reads of `size` a device serving `per_second` (reads, or
+    /// bytes) takes `secs` to serve.
+    fn seconds(secs: f64, per_second: f64, size: f64) -> usize {
+        (secs * per_second / size) as usize
     }
 
     fn within(got: u64, want: f64, share: f64) -> bool {
@@ -284,8 +395,15 @@ mod tests {
             // A reader alone with small reads, then strided runs sixteen at
             // a time, then large reads four at a time.
             drive(&mut l, &mut d, &mut t, 1, 1, 200);
-            drive(&mut l, &mut d, &mut t, 1, 16, 2000);
-            drive(&mut l, &mut d, &mut t, 64, 4, 400);
+            drive(&mut l, &mut d, &mut t, 1, 16, seconds(1.2, iops, 1.0));
+            drive(
+                &mut l,
+                &mut d,
+                &mut t,
+                64,
+                4,
+                seconds(1.2, bps, 64.0 * 4096.0),
+            );
             let c = l.cost().expect("learned");
             let want_request = bps / iops / 4096.0;
             let want_latency = latency.max(1.0 / iops) * bps / 4096.0;
@@ -302,12 +420,119 @@ mod tests {
         }
     }
 
+    /// A cgroup throttle as this kernel's behaves: each slice of 100 ms
+    /// passes its share of the caps at the disk's own pace (20 µs and 2
+    /// GB/s), then holds every read until the next slice.
+    struct Sliced {
+        iops: f64,
+        bps: f64,
+        slice: u64,
+        reads_left: f64,
+        bytes_left: f64,
+        dispatched: f64,
+        free_at: f64,
+    }
+
+    impl Sliced {
+        const SLICE: f64 = 0.1;
+
+        fn new(iops: f64, bps: f64) -> Sliced {
+            Sliced {
+                iops,
+                bps,
+                slice: u64::MAX,
+                reads_left: 0.0,
+                bytes_left: 0.0,
+                dispatched: 0.0,
+                free_at: 0.0,
+            }
+        }
+    }
+
+    /// Drives any device model: a read of `bytes` submitted at `t`
+    /// completes at the time returned.
+    trait Serve {
+        fn serve(&mut self, t: f64, bytes: u64) -> f64;
+    }
+
+    impl Serve for Capped {
+        fn serve(&mut self, t: f64, bytes: u64) -> f64 {
+            Capped::serve(self, t, bytes)
+        }
+    }
+
+    impl Serve for Sliced {
+        fn serve(&mut self, t: f64, bytes: u64) -> f64 {
+            let mut at = t.max(self.dispatched);
+            loop {
+                let k = (at / Self::SLICE) as u64;
+                if k != self.slice {
+                    self.slice = k;
+                    self.reads_left = self.iops * Self::SLICE;
+                    self.bytes_left = self.bps * Self::SLICE;
+                }
+                if self.reads_left >= 1.0 && self.bytes_left >= bytes as f64 {
+                    self.reads_left -= 1.0;
+                    self.bytes_left -= bytes as f64;
+                    break;
+                }
+                at = (k + 1) as f64 * Self::SLICE;
+            }
+            self.dispatched = at;
+            self.free_at = at.max(self.free_at) + bytes as f64 / 2e9;
+            self.free_at + 20e-6
+        }
+    }
+
+    #[test]
+    fn learns_a_throttles_caps_across_its_slices() {
+        for (iops, bps) in [(5000.0, 200.0 * 1048576.0), (20000.0, 400.0 * 1048576.0)] {
+            let mut d = Sliced::new(iops, bps);
+            let mut l = CostLearner::new(4096);
+            let mut t = 0.0;
+            drive(&mut l, &mut d, &mut t, 1, 1, 200);
+            drive(&mut l, &mut d, &mut t, 1, 16, seconds(1.5, iops, 1.0));
+            drive(
+                &mut l,
+                &mut d,
+                &mut t,
+                64,
+                16,
+                seconds(1.5, bps, 64.0 * 4096.0),
+            );
+            let c = l.cost().expect("learned");
+            let want_request = bps / iops / 4096.0;
+            assert!(
+                within(c.request_pages, want_request, 0.25),
+                "{c:?} vs {want_request}: bandwidth {:?}, rate {:?}",
+                l.bandwidth(),
+                l.rate()
+            );
+            let want_latency = bps / iops / 4096.0;
+            assert!(
+                within(c.latency_pages, want_latency, 0.25),
+                "{c:?} vs {want_latency}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reader_alone_teaches_no_rate() {
+        let mut d = Capped::cloud();
+        let mut l = CostLearner::new(4096);
+        let mut t = 0.0;
+        drive(&mut l, &mut d, &mut t, 1, 1, 5000);
+        drive(&mut l, &mut d, &mut t, 64, 1, 3000);
+        assert!(l.latency_ns().is_some());
+        assert_eq!((l.rate(), l.bandwidth()), (None, None));
+    }
+
     #[test]
     fn large_reads_alone_teach_no_request_cost() {
         let mut d = Capped::cloud();
         let mut l = CostLearner::new(4096);
         let mut t = 0.0;
-        drive(&mut l, &mut d, &mut t, 64, 4, 1000);
+        drive(&mut l, &mut d, &mut t, 64, 4, 4000);
         assert!(l.bandwidth().is_some());
         assert_eq!(l.cost(), None, "no rate of small reads, no costs");
     }
@@ -318,7 +543,7 @@ mod tests {
         let mut l = CostLearner::new(4096);
         let mut t = 0.0;
         drive(&mut l, &mut d, &mut t, 1, 1, 100);
-        drive(&mut l, &mut d, &mut t, 1, 16, 2000);
+        drive(&mut l, &mut d, &mut t, 1, 16, 8000);
         assert!(l.rate().is_some() && l.latency_ns().is_some());
         assert_eq!(l.bandwidth(), None);
         assert_eq!(l.cost(), None, "no bandwidth, no costs");
