@@ -32,6 +32,11 @@ pub struct MountArgs {
     /// (FOPEN_DIRECT_IO): every read reaches ahead as the program made it.
     #[arg(long)]
     direct_io: bool,
+    /// Do not store a backward reader's next blocks in the kernel's page
+    /// cache ahead of it (`FUSE_NOTIFY_STORE`, 1 MiB at a time): each of
+    /// its reads then reaches ahead as the program made it.
+    #[arg(long)]
+    no_backward_stores: bool,
     /// Return once the file system is mounted, serving it from a process
     /// in the background (its errors then go to the syslog-less void:
     /// run without --daemon to see them).
@@ -86,6 +91,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     let fs = ahead_mount::ObjectFs::new(&args.url, &options, engine)
         .with_context(|| args.url.clone())?
         .with_direct_io(args.direct_io)
+        .with_backward_stores(!args.no_backward_stores)
         .with_metadata_ttl(std::time::Duration::from_secs_f64(
             args.metadata_ttl.clamp(0.0, 1e9),
         ));

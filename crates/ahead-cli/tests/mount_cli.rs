@@ -492,3 +492,76 @@ fn a_read_waiting_on_the_store_holds_no_thread_from_a_cached_one() {
     drop(files);
     stop(child, &dir);
 }
+
+/// How many of the pages of `[from, to)` of `f` the kernel has cached
+/// (`mincore` of a mapping).
+fn resident_pages(f: &std::fs::File, from: u64, to: u64) -> usize {
+    use std::os::fd::AsRawFd;
+    let len = (to - from) as usize;
+    // SAFETY: a read-only shared mapping of an open file, unmapped below;
+    // only its residency is looked at, never its bytes.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            from as libc::off_t,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+        let mut v = vec![0u8; len.div_ceil(4096)];
+        assert_eq!(libc::mincore(p, len, v.as_mut_ptr()), 0);
+        libc::munmap(p, len);
+        v.iter().filter(|&&b| b & 1 == 1).count()
+    }
+}
+
+/// A backward reader's next blocks are stored in the kernel's cache before
+/// it asks for them, with the object's bytes; with the stores off, the
+/// kernel holds nothing below the reader (its readahead goes forward).
+#[test]
+fn a_backward_readers_next_blocks_are_in_the_kernels_cache_before_it_reads_them() {
+    if !fuse_ok() {
+        return;
+    }
+    let size = 16usize << 20;
+    for stores in [true, false] {
+        let (_work, server, dir) = bucket(vec![("big", generated(size, 0))]);
+        let args: &[&str] = if stores {
+            &["s3://bkt"]
+        } else {
+            &["s3://bkt", "--no-backward-stores"]
+        };
+        let child = mount_with(&server, args, &dir);
+        let f = std::fs::File::open(dir.join("big")).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        // 64 KiB reads from 12 MiB down to 8 MiB.
+        let mut at = 12u64 << 20;
+        while at > 8 << 20 {
+            at -= buf.len() as u64;
+            f.read_exact_at(&mut buf, at).unwrap();
+            assert_eq!(testdata::first_mismatch(&buf, at), None, "at {at}");
+        }
+        // The megabyte below: stored, all but its blocks' holes (a page
+        // a block), once the stores land.
+        let (lo, hi) = (7u64 << 20, 8u64 << 20);
+        let start = Instant::now();
+        let mut resident = resident_pages(&f, lo, hi);
+        while stores && resident < 250 && start.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+            resident = resident_pages(&f, lo, hi);
+        }
+        if stores {
+            assert!(resident >= 250, "{resident} of 256 pages stored");
+        } else {
+            assert_eq!(resident, 0, "pages below a backward reader without stores");
+        }
+        // What the kernel holds there is the object's bytes.
+        let mut below = vec![0u8; (hi - lo) as usize];
+        f.read_exact_at(&mut below, lo).unwrap();
+        assert_eq!(testdata::first_mismatch(&below, lo), None);
+        drop(f);
+        stop(child, &dir);
+    }
+}

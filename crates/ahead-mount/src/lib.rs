@@ -27,6 +27,11 @@
 //! its bytes land, by a task of the mount's runtime, and the thread goes
 //! on to the next request: a slow read never holds a cached one, and
 //! more readers may wait on the store at once than there are threads.
+//!
+//! The kernel reads ahead of forward readers itself. For a reader going
+//! backward the daemon writes the next blocks into the kernel's cache
+//! ahead of it (`push`), so that its requests are answered there rather
+//! than one round trip through the daemon each.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -45,6 +50,8 @@ use fuser::{
 };
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
+
+mod push;
 
 /// How long the kernel may keep an entry's or attribute's answer before
 /// asking again (mountpoint-s3's default metadata TTL is one second too).
@@ -172,6 +179,9 @@ pub struct ObjectFs {
     gid: u32,
     metadata_ttl: Duration,
     direct_io: bool,
+    /// Backward readers' blocks stored in the kernel's cache (`push`);
+    /// `None`: off.
+    pusher: Option<Arc<push::Pusher>>,
 }
 
 impl ObjectFs {
@@ -214,6 +224,7 @@ impl ObjectFs {
             gid: rustix::process::getegid().as_raw(),
             metadata_ttl: TTL,
             direct_io: false,
+            pusher: Some(Arc::default()),
         };
         // The store must answer now, not at the first `ls`.
         fs.list(1)?;
@@ -304,6 +315,16 @@ impl ObjectFs {
     /// kernels before 6.6).
     pub fn with_direct_io(mut self, on: bool) -> ObjectFs {
         self.direct_io = on;
+        self
+    }
+
+    /// Whether a backward reader's next blocks are stored in the kernel's
+    /// cache ahead of it, 1 MiB at a time (`FUSE_NOTIFY_STORE`; on by
+    /// default, and off with [`ObjectFs::with_direct_io`], which bypasses
+    /// that cache): its reads are then answered there, not one round trip
+    /// through the daemon each.
+    pub fn with_backward_stores(mut self, on: bool) -> ObjectFs {
+        self.pusher = on.then(Arc::default);
         self
     }
 
@@ -457,7 +478,7 @@ impl Filesystem for ObjectFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -474,6 +495,9 @@ impl Filesystem for ObjectFs {
         let Some(file) = file else {
             return reply.error(Errno::EBADF);
         };
+        if let (Some(p), false) = (&self.pusher, self.direct_io) {
+            p.on_read(&self.runtime, fh.0, ino, &file, offset, size as u64);
+        }
         let size = size as usize;
         let mut first = file.read_owned(vec![0u8; size], offset);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -517,6 +541,9 @@ impl Filesystem for ObjectFs {
             .remove(&fh.0);
         if let Some(file) = file {
             self.note_confirmed(ino.0, &file);
+        }
+        if let Some(p) = &self.pusher {
+            p.release(fh.0);
         }
         reply.ok();
     }
@@ -585,7 +612,12 @@ pub fn serve(fs: ObjectFs, mountpoint: &Path, opts: &MountOptions) -> io::Result
     std::thread::Builder::new()
         .name("ahead-mount-ra".into())
         .spawn(move || raise_kernel_readahead(&target, before))?;
-    fuser::mount(fs, mountpoint, &config)
+    let pusher = fs.pusher.clone();
+    let session = fuser::Session::new(fs, mountpoint, &config)?;
+    if let Some(p) = pusher {
+        p.start(session.notifier());
+    }
+    session.run()
 }
 
 /// Raises the kernel's readahead of the new mount's backing device to
