@@ -29,6 +29,7 @@
 //! reading through the daemon, and that read must be answered.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use ahead::File;
@@ -72,6 +73,9 @@ struct Stream {
 pub(crate) struct Pusher {
     streams: Mutex<HashMap<u64, Arc<Mutex<Stream>>>>,
     notifier: OnceLock<Notifier>,
+    /// Set when the kernel refused a store: no more are tried (each try
+    /// costs a block's read).
+    refused: AtomicBool,
 }
 
 impl Pusher {
@@ -100,7 +104,7 @@ impl Pusher {
         offset: u64,
         size: u64,
     ) {
-        if self.notifier.get().is_none() {
+        if self.notifier.get().is_none() || self.refused.load(Ordering::Relaxed) {
             return;
         }
         let stream = lock(&self.streams).entry(fh).or_default().clone();
@@ -174,9 +178,14 @@ impl Pusher {
         // The block without its top page: the reader's request for that
         // page is the next block's cue.
         buf.truncate(n - PAGE as usize);
-        tokio::task::spawn_blocking(move || {
-            self.notifier.get()?.store(ino, lo, &buf).ok()?;
-            Some(hi - PAGE)
+        tokio::task::spawn_blocking(move || match self.notifier.get()?.store(ino, lo, &buf) {
+            Ok(()) => Some(hi - PAGE),
+            Err(_) => {
+                // (An inode the kernel no longer holds is not an error:
+                // fuser answers Ok.)
+                self.refused.store(true, Ordering::Relaxed);
+                None
+            }
         })
         .await
         .ok()?
