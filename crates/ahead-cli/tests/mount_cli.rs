@@ -565,3 +565,44 @@ fn a_backward_readers_next_blocks_are_in_the_kernels_cache_before_it_reads_them(
         stop(child, &dir);
     }
 }
+
+/// An object replaced by one of the same size: a file opened after the
+/// replacement reads the new bytes, never the old ones the kernel still
+/// holds from a file opened before it, whether that one is closed or
+/// still open and reading.
+#[test]
+fn a_file_opened_after_a_replacement_never_reads_the_old_bytes() {
+    if !fuse_ok() {
+        return;
+    }
+    let size = 8usize << 20;
+    let (_work, server, dir) = bucket(vec![("f", generated(size, 0))]);
+    let child = mount_with(&server, &["s3://bkt", "--metadata-ttl", "0"], &dir);
+    let mut buf = vec![0u8; 64 << 10];
+    // Read through the kernel's cache: the first megabyte, forward.
+    let old = std::fs::File::open(dir.join("f")).unwrap();
+    for at in (0..1u64 << 20).step_by(buf.len()) {
+        old.read_exact_at(&mut buf, at).unwrap();
+        assert_eq!(testdata::first_mismatch(&buf, at), None);
+    }
+    server.put("bkt", "f", generated(size, 1)).unwrap();
+    let check = |f: &std::fs::File, at: u64, buf: &mut [u8]| {
+        f.read_exact_at(buf, at).unwrap();
+        let new = generated(at as usize + buf.len(), 1);
+        assert!(
+            buf[..] == new[at as usize..],
+            "old bytes at {at} in a file opened after the replacement"
+        );
+    };
+    // Opened while the old one is still open: the pages the old one read.
+    let new = std::fs::File::open(dir.join("f")).unwrap();
+    check(&new, 0, &mut buf);
+    check(&new, 512 << 10, &mut buf);
+    drop(new);
+    drop(old);
+    // And after both closed.
+    let again = std::fs::File::open(dir.join("f")).unwrap();
+    check(&again, 0, &mut buf);
+    drop(again);
+    stop(child, &dir);
+}

@@ -16,7 +16,8 @@
 //! of that version: a HEAD, or a read's GET held to its ETag.) A read that finds the object changed fails with EIO
 //! rather than mix old and new bytes. The kernel may keep a file's pages
 //! between opens (`FOPEN_KEEP_CACHE`) while its size and modification
-//! time are those the listing gave.
+//! time are those the listing gave and its version is the one whose bytes
+//! the kernel holds (`versions`).
 //!
 //! Nothing is written: every call that would change the store gets EROFS
 //! (the mount is `ro`).
@@ -52,6 +53,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 mod push;
+mod versions;
 
 /// How long the kernel may keep an entry's or attribute's answer before
 /// asking again (mountpoint-s3's default metadata TTL is one second too).
@@ -182,6 +184,9 @@ pub struct ObjectFs {
     /// Backward readers' blocks stored in the kernel's cache (`push`);
     /// `None`: off.
     pusher: Option<Arc<push::Pusher>>,
+    /// Which version of each object the kernel's cache may hold
+    /// (`versions`).
+    versions: versions::Versions,
 }
 
 impl ObjectFs {
@@ -225,6 +230,7 @@ impl ObjectFs {
             metadata_ttl: TTL,
             direct_io: false,
             pusher: Some(Arc::default()),
+            versions: versions::Versions::default(),
         };
         // The store must answer now, not at the first `ls`.
         fs.list(1)?;
@@ -445,15 +451,19 @@ impl Filesystem for ObjectFs {
         let (store, path) = (self.store.clone(), ObjectPath::from(key));
         // Listed within the metadata TTL: that version, without a HEAD
         // (a re-read the kernel holds then costs no round trip at all).
-        let opened = match &n.listed {
-            Some((etag, at)) if at.elapsed() < self.metadata_ttl => self
-                .engine
-                .open_object_listed(store, path, &name, n.size, etag),
-            _ => self.engine.open_object(store, path, &name),
+        let (opened, listed) = match &n.listed {
+            Some((etag, at)) if at.elapsed() < self.metadata_ttl => (
+                self.engine
+                    .open_object_listed(store, path, &name, n.size, etag),
+                Some(etag.clone()),
+            ),
+            _ => (self.engine.open_object(store, path, &name), None),
         };
         match opened {
             Ok(file) => {
                 self.note_confirmed(ino.0, &file);
+                // The version this open pinned: the listing's, or the HEAD's.
+                let etag = listed.or_else(|| file.confirmed().map(|(e, _)| e));
                 // The object as it is now: a size other than the listing's
                 // means it changed; the kernel must not keep old pages.
                 let same = file.len() == n.size;
@@ -464,10 +474,12 @@ impl Filesystem for ObjectFs {
                     .insert(fh, file);
                 let flags = if self.direct_io {
                     FopenFlags::FOPEN_DIRECT_IO
-                } else if same {
-                    FopenFlags::FOPEN_KEEP_CACHE
                 } else {
-                    FopenFlags::empty()
+                    match self.versions.opened(ino.0, fh, etag.as_deref()) {
+                        versions::Open::Keep if same => FopenFlags::FOPEN_KEEP_CACHE,
+                        versions::Open::Keep | versions::Open::Drop => FopenFlags::empty(),
+                        versions::Open::Bypass => FopenFlags::FOPEN_DIRECT_IO,
+                    }
                 };
                 reply.opened(FileHandle(fh), flags);
             }
@@ -495,7 +507,9 @@ impl Filesystem for ObjectFs {
         let Some(file) = file else {
             return reply.error(Errno::EBADF);
         };
-        if let (Some(p), false) = (&self.pusher, self.direct_io) {
+        // (Not for a handle that reads around the cache: its version is
+        // not the one the cache holds.)
+        if let (Some(p), false) = (&self.pusher, self.direct_io || !self.versions.counted(fh.0)) {
             p.on_read(&self.runtime, fh.0, ino, &file, offset, size as u64);
         }
         let size = size as usize;
@@ -545,6 +559,7 @@ impl Filesystem for ObjectFs {
         if let Some(p) = &self.pusher {
             p.release(fh.0);
         }
+        self.versions.released(fh.0);
         reply.ok();
     }
 
