@@ -42,7 +42,8 @@ pub(crate) const BLOCK: u64 = 1 << 20;
 /// Blocks stored ahead of a backward reader: one to two, the reader's
 /// request for a block's hole asking for the next. (Four were within
 /// noise of two on `tac` and 64 KiB `pread`s backwards, and leave twice
-/// as much unread where a reader stops.)
+/// as much unread where a reader stops; one was within noise of two as
+/// well, `tail`'s bytes included.)
 const AHEAD: u64 = 2;
 /// The kernel's page: the unit of its cache and of the hole left in each
 /// block.
