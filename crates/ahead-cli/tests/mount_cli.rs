@@ -606,3 +606,48 @@ fn a_file_opened_after_a_replacement_never_reads_the_old_bytes() {
     drop(again);
     stop(child, &dir);
 }
+
+/// An object replaced while a backward reader's blocks are being stored
+/// ahead of it: every read gives the version the file opened, or EIO,
+/// never the new bytes (the stores read through the open's pinned ETag).
+#[test]
+fn a_backward_reader_of_a_replaced_object_gets_its_version_or_eio() {
+    if !fuse_ok() {
+        return;
+    }
+    let size = 16usize << 20;
+    let old = generated(size, 0);
+    let (_work, server, dir) = bucket(vec![("f", old.clone())]);
+    let child = mount(&server, "s3://bkt", &dir);
+    let f = std::fs::File::open(dir.join("f")).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    let mut at = size as u64;
+    let (mut ok, mut eio) = (0, 0);
+    while at > 0 {
+        at -= buf.len() as u64;
+        if at == 12 << 20 {
+            server.put("bkt", "f", generated(size, 1)).unwrap();
+        }
+        match f.read_exact_at(&mut buf, at) {
+            Ok(()) => {
+                assert!(
+                    buf[..] == old[at as usize..at as usize + buf.len()],
+                    "other bytes than the opened version's at {at}"
+                );
+                ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "at {at}: {e}");
+                eio += 1;
+            }
+        }
+    }
+    // Before the replacement everything was read; after it, what the
+    // engine and the kernel held of the old version, then errors (or,
+    // where the engine had read far enough ahead before the replacement,
+    // the old version to the end: both are right).
+    assert!(ok >= 64, "{ok} reads of the old version");
+    eprintln!("{ok} reads of the opened version, {eio} EIO");
+    drop(f);
+    stop(child, &dir);
+}
