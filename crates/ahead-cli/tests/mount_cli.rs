@@ -62,13 +62,35 @@ fn mount_output(server: &Server, args: &[&str], dir: &Path) -> std::process::Out
         .unwrap()
 }
 
+/// A mount a test made: [`stop`] ends it and checks how; dropped without
+/// that (the test failed first), it is unmounted and its process killed,
+/// so that a failing test leaves no mount behind.
+struct Mounted {
+    child: Option<Child>,
+    dir: PathBuf,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("fusermount3")
+                .args(["-u", "-z"])
+                .arg(&self.dir)
+                .status();
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// `ahead mount s3://BUCKET DIR` against `server`, waited for.
-fn mount(server: &Server, url: &str, dir: &Path) -> Child {
+fn mount(server: &Server, url: &str, dir: &Path) -> Mounted {
     mount_with(server, &[url], dir)
 }
 
 /// `ahead mount ARGS… DIR` against `server`, waited for.
-fn mount_with(server: &Server, args: &[&str], dir: &Path) -> Child {
+fn mount_with(server: &Server, args: &[&str], dir: &Path) -> Mounted {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ahead"))
         .arg("mount")
         .args(args)
@@ -88,11 +110,15 @@ fn mount_with(server: &Server, args: &[&str], dir: &Path) -> Child {
         assert!(start.elapsed() < Duration::from_secs(30), "not mounted");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    Mounted {
+        child: Some(child),
+        dir: dir.to_path_buf(),
+    }
 }
 
 /// SIGTERM: the mount goes, the process exits 0.
-fn stop(child: Child, dir: &Path) {
+fn stop(mut m: Mounted, dir: &Path) {
+    let child = m.child.take().expect("stopped once");
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(child.id() as i32).unwrap(),
         rustix::process::Signal::TERM,
