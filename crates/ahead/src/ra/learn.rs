@@ -371,6 +371,17 @@ mod tests {
         (secs * per_second / size) as usize
     }
 
+    /// A reader alone with 200 small reads, then small reads sixteen at a
+    /// time for `secs` of a device of `caps` (IOPS, bytes per second),
+    /// then 256 KiB reads `depth` at a time for `secs`.
+    fn teach(l: &mut CostLearner, d: &mut impl Serve, caps: (f64, f64), secs: f64, depth: usize) {
+        let (iops, bps) = caps;
+        let mut t = 0.0;
+        drive(l, d, &mut t, 1, 1, 200);
+        drive(l, d, &mut t, 1, 16, seconds(secs, iops, 1.0));
+        drive(l, d, &mut t, 64, depth, seconds(secs, bps, 64.0 * 4096.0));
+    }
+
     fn within(got: u64, want: f64, share: f64) -> bool {
         (got as f64 - want).abs() <= want * share + 1.0
     }
@@ -391,19 +402,8 @@ mod tests {
             };
             let mut l = CostLearner::new(4096);
             assert_eq!(l.cost(), None);
-            let mut t = 0.0;
-            // A reader alone with small reads, then strided runs sixteen at
-            // a time, then large reads four at a time.
-            drive(&mut l, &mut d, &mut t, 1, 1, 200);
-            drive(&mut l, &mut d, &mut t, 1, 16, seconds(1.2, iops, 1.0));
-            drive(
-                &mut l,
-                &mut d,
-                &mut t,
-                64,
-                4,
-                seconds(1.2, bps, 64.0 * 4096.0),
-            );
+            // Large reads four at a time.
+            teach(&mut l, &mut d, (iops, bps), 1.2, 4);
             let c = l.cost().expect("learned");
             let want_request = bps / iops / 4096.0;
             let want_latency = latency.max(1.0 / iops) * bps / 4096.0;
@@ -489,17 +489,7 @@ mod tests {
         for (iops, bps) in [(5000.0, 200.0 * 1048576.0), (20000.0, 400.0 * 1048576.0)] {
             let mut d = Sliced::new(iops, bps);
             let mut l = CostLearner::new(4096);
-            let mut t = 0.0;
-            drive(&mut l, &mut d, &mut t, 1, 1, 200);
-            drive(&mut l, &mut d, &mut t, 1, 16, seconds(1.5, iops, 1.0));
-            drive(
-                &mut l,
-                &mut d,
-                &mut t,
-                64,
-                16,
-                seconds(1.5, bps, 64.0 * 4096.0),
-            );
+            teach(&mut l, &mut d, (iops, bps), 1.5, 16);
             let c = l.cost().expect("learned");
             let want_request = bps / iops / 4096.0;
             assert!(
