@@ -233,15 +233,25 @@ impl Planner<'_> {
     }
 }
 
+/// Whether a page in `slot` is present: cached or being read.
+fn present(slot: &Slot) -> bool {
+    matches!(slot, Slot::Reading { .. } | Slot::Ready { .. })
+}
+
 impl ra::CacheView for Planner<'_> {
     fn file_pages(&self) -> u64 {
         self.file_pages
     }
     fn is_present(&self, index: u64) -> bool {
-        matches!(
-            self.slot(index),
-            Some(Slot::Reading { .. }) | Some(Slot::Ready { .. })
-        )
+        self.slot(index).as_ref().is_some_and(present)
+    }
+    fn presence_up(&self, from: u64, to: u64) -> u64 {
+        self.fp().pages.run_up(from, to, |s| s.is_some_and(present))
+    }
+    fn presence_down(&self, lo: u64, from: u64) -> u64 {
+        self.fp()
+            .pages
+            .run_down(lo, from, |s| s.is_some_and(present))
     }
     fn shadow(&self, index: u64) -> Option<Shadow> {
         match self.slot(index) {

@@ -52,6 +52,53 @@ impl PageTable {
         self.chunks.get_mut(&c)?.slots[i].as_mut()
     }
 
+    /// The first page of `[from, to)` whose slot `is` judges otherwise
+    /// than page `from`'s, or `to`: one hash probe a chunk, not a page.
+    pub(crate) fn run_up(&self, from: u64, to: u64, is: impl Fn(Option<&Slot>) -> bool) -> u64 {
+        if from >= to {
+            return from;
+        }
+        let here = is(self.get(from));
+        let mut p = from;
+        while p < to {
+            let (c, i) = split(p);
+            let end = ((c + 1) * CHUNK_PAGES).min(to);
+            let chunk = self.chunks.get(&c);
+            for (n, q) in (p..end).enumerate() {
+                if is(chunk.and_then(|ch| ch.slots[i + n].as_ref())) != here {
+                    return q;
+                }
+            }
+            p = end;
+        }
+        to
+    }
+
+    /// The lowest page `q` of `[lo, from]` such that `is` judges every
+    /// slot of `[q, from]` as page `from`'s; one hash probe a chunk.
+    pub(crate) fn run_down(&self, lo: u64, from: u64, is: impl Fn(Option<&Slot>) -> bool) -> u64 {
+        if from < lo {
+            return from;
+        }
+        let here = is(self.get(from));
+        let mut p = from;
+        loop {
+            let (c, i) = split(p);
+            let start = (c * CHUNK_PAGES).max(lo);
+            let chunk = self.chunks.get(&c);
+            for q in (start..=p).rev() {
+                let at = i - (p - q) as usize;
+                if is(chunk.and_then(|ch| ch.slots[at].as_ref())) != here {
+                    return q + 1;
+                }
+            }
+            if start == lo {
+                return lo;
+            }
+            p = start - 1;
+        }
+    }
+
     /// Sets page `index`'s slot; returns the one it replaces.
     pub(crate) fn insert(&mut self, index: u64, slot: Slot) -> Option<Slot> {
         let (c, i) = split(index);
@@ -147,6 +194,32 @@ mod tests {
             prop_assert_eq!(all, want);
             // No chunk is kept empty.
             prop_assert!(t.chunks.values().all(|c| c.live > 0));
+        }
+    }
+
+    proptest! {
+        /// A run up or down ends where a page-by-page look would.
+        #[test]
+        fn runs_end_where_the_pages_change(
+            pages in proptest::collection::vec(0u64..100, 0..60),
+            from in 0u64..110,
+            bound in 0u64..110,
+        ) {
+            let mut t = PageTable::default();
+            for &p in &pages {
+                t.insert(p, slot((p % 2) as u32));
+            }
+            // Present: a slot holding 0 (even pages).
+            let is = |s: Option<&Slot>| s == Some(&slot(0));
+            let at = |p: u64| is(t.get(p));
+            let up = (from + 1..bound).find(|&p| at(p) != at(from)).unwrap_or(bound.max(from));
+            prop_assert_eq!(t.run_up(from, bound, is), if from >= bound { from } else { up });
+            let down = if from < bound {
+                from
+            } else {
+                (bound..from).rev().find(|&p| at(p) != at(from)).map_or(bound, |p| p + 1)
+            };
+            prop_assert_eq!(t.run_down(bound, from, is), down);
         }
     }
 

@@ -274,6 +274,33 @@ pub trait CacheView {
     fn file_pages(&self) -> u64;
     /// Whether page `index` is cached or being read.
     fn is_present(&self, index: u64) -> bool;
+    /// The end of the run of pages from `from` up that are all present, or
+    /// all absent, as `from` is: the first page of `[from, to)` whose
+    /// presence differs from `from`'s, or `to`. A view that keeps pages in
+    /// runs or chunks answers without asking page by page, which a policy
+    /// walking a window of a thousand pages would.
+    fn presence_up(&self, from: u64, to: u64) -> u64 {
+        if from >= to {
+            return from;
+        }
+        let here = self.is_present(from);
+        (from + 1..to)
+            .find(|&p| self.is_present(p) != here)
+            .unwrap_or(to)
+    }
+    /// The start of the run of pages from `from` down to `lo` that are all
+    /// present, or all absent, as `from` is: the lowest page `q` of
+    /// `[lo, from]` with `[q, from]` all as `from`.
+    fn presence_down(&self, lo: u64, from: u64) -> u64 {
+        if from < lo {
+            return from;
+        }
+        let here = self.is_present(from);
+        (lo..from)
+            .rev()
+            .find(|&p| self.is_present(p) != here)
+            .map_or(lo, |p| p + 1)
+    }
     /// The shadow left by page `index` if it was evicted.
     fn shadow(&self, _index: u64) -> Option<Shadow> {
         None

@@ -437,7 +437,6 @@ impl Budget {
         let Some(window) = window.and_then(|w| w.clip(pages)) else {
             return self.read_floor(floor, req, view);
         };
-        let on_floor = |p: u64| floor.is_some_and(|f| f.contains(p));
         // The pages the engine will read for nobody yet: the window's (or
         // its span's, read whole), speculative.
         let spec = Spec {
@@ -446,38 +445,39 @@ impl Budget {
             req,
         };
         // Nearest the reader first (downwards for a backward window), until
-        // the budget runs out at page `cut`.
+        // the budget runs out at page `cut`: a run of such pages at a time,
+        // in pieces on and off the floor (whose pages are free).
         let (lo, hi) = (window.start, window.end());
         let backward = window.shape == Shape::Backward;
         let outstanding = [&self.charged_out, &self.floor_out];
-        let step = |from: Option<u64>| -> Option<u64> {
+        let run = |from: Option<u64>| -> Option<(u64, u64)> {
             if backward {
-                spec.next_down(from?, lo, &outstanding, view)
+                spec.run_down(from?, lo, &outstanding, view)
             } else {
-                spec.next_up(from?, hi, &outstanding, view)
+                spec.run_up(from?, hi, &outstanding, view)
             }
         };
         let mut left = self.left();
         let (mut cut, mut kept) = (None, 0);
-        let mut next = step(if backward {
+        let mut next = run(if backward {
             hi.checked_sub(1)
         } else {
             Some(lo)
         });
-        while let Some(p) = next {
-            if !on_floor(p) {
-                if left == 0 {
-                    cut = Some(p);
-                    break;
+        'walk: while let Some((a, b)) = next {
+            for (s, e, free) in walk::pieces(floor.as_ref(), a, b, backward) {
+                let n = e - s;
+                if !free {
+                    if left < n {
+                        kept += left;
+                        cut = Some(if backward { e - 1 - left } else { s + left });
+                        break 'walk;
+                    }
+                    left -= n;
                 }
-                left -= 1;
+                kept += n;
             }
-            kept += 1;
-            next = step(if backward {
-                p.checked_sub(1)
-            } else {
-                Some(p + 1)
-            });
+            next = run(if backward { a.checked_sub(1) } else { Some(b) });
         }
         if let Some(p) = cut {
             self.foresee(&window, p, req, view);
@@ -524,27 +524,29 @@ impl Budget {
         view: &dyn CacheView,
     ) {
         let mut p = admitted.start;
-        while let Some(q) = spec.next_up(
+        while let Some((a, b)) = spec.run_up(
             p,
             admitted.end(),
             &[&self.charged_out, &self.floor_out],
             view,
         ) {
-            if floor.is_some_and(|f| f.contains(q)) {
-                self.floor += 1;
-                self.floor_out.add(q);
-            } else {
-                self.charged += 1;
-                self.charged_out.add(q);
-                match self.charged_now.last_mut() {
-                    Some((_, b)) if *b == q => *b = q + 1,
-                    _ => self.charged_now.push((q, q + 1)),
-                }
-                if let Some(f) = &mut self.foreseen_out {
-                    f.take(q, q + 1);
+            for (s, e, on_floor) in walk::pieces(floor.as_ref(), a, b, false) {
+                if on_floor {
+                    self.floor += e - s;
+                    self.floor_out.add_range(s, e);
+                } else {
+                    self.charged += e - s;
+                    self.charged_out.add_range(s, e);
+                    match self.charged_now.last_mut() {
+                        Some((_, end)) if *end == s => *end = e,
+                        _ => self.charged_now.push((s, e)),
+                    }
+                    if let Some(f) = &mut self.foreseen_out {
+                        f.take(s, e);
+                    }
                 }
             }
-            p = q + 1;
+            p = b;
         }
     }
 
@@ -576,18 +578,19 @@ impl Budget {
         // Consecutive pages go in as one range.
         let mut run: Option<(u64, u64)> = None;
         let mut p = lo;
-        while let Some(q) = spec.next_up(p, hi, &[&self.charged_out, &self.floor_out, &f], view) {
-            self.foreseen += 1;
+        while let Some((a, b)) = spec.run_up(p, hi, &[&self.charged_out, &self.floor_out, &f], view)
+        {
+            self.foreseen += b - a;
             run = match run {
-                Some((a, b)) if b == q => Some((a, q + 1)),
-                Some((a, b)) => {
-                    f.add_range(a, b);
-                    self.foreseen_now.push((a, b));
-                    Some((q, q + 1))
+                Some((s, e)) if e == a => Some((s, b)),
+                Some((s, e)) => {
+                    f.add_range(s, e);
+                    self.foreseen_now.push((s, e));
+                    Some((a, b))
                 }
-                None => Some((q, q + 1)),
+                None => Some((a, b)),
             };
-            p = q + 1;
+            p = b;
         }
         if let Some((a, b)) = run {
             f.add_range(a, b);
@@ -632,10 +635,12 @@ impl Budget {
             req,
         };
         let mut p = f.start;
-        while let Some(q) = spec.next_up(p, f.end(), &[&self.charged_out, &self.floor_out], view) {
-            self.floor += 1;
-            self.floor_out.add(q);
-            p = q + 1;
+        while let Some((a, b)) =
+            spec.run_up(p, f.end(), &[&self.charged_out, &self.floor_out], view)
+        {
+            self.floor += b - a;
+            self.floor_out.add_range(a, b);
+            p = b;
         }
         Some(f)
     }
@@ -649,9 +654,9 @@ fn reads_ahead(w: &Window, req: Request, view: &dyn CacheView) -> u64 {
         req,
     };
     let (mut n, mut p) = (0, w.start);
-    while let Some(q) = spec.next_up(p, w.end(), &[], view) {
-        n += 1;
-        p = q + 1;
+    while let Some((a, b)) = spec.run_up(p, w.end(), &[], view) {
+        n += b - a;
+        p = b;
     }
     n
 }

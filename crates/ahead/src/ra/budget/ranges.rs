@@ -29,10 +29,21 @@ impl Ranges {
             .map(|(&start, &end)| (start, end))
     }
 
+    /// The start of the first range starting at or above `p`.
+    pub(super) fn first_from(&self, p: u64) -> Option<u64> {
+        self.0.range(p..).next().map(|(&s, _)| s)
+    }
+
+    /// The end of the last range starting at or below `p`.
+    pub(super) fn last_end_to(&self, p: u64) -> Option<u64> {
+        self.0.range(..=p).next_back().map(|(_, &e)| e)
+    }
+
     /// Adds page `p` (not in a range), merged with its neighbours. Past
     /// [`MAX_RANGES`] the range farthest from `p` is dropped (the reader's
     /// next pages lie near what it reads now, below it for a backward
     /// reader).
+    #[cfg(test)]
     pub(super) fn add(&mut self, p: u64) {
         self.add_range(p, p + 1);
     }
