@@ -480,29 +480,30 @@ fn evict(inner: &mut Inner, hits: &HitTable, victim: u32, page: usize) {
         .expect("victim has an owner");
     inner.eviction.remove(victim);
     let fp = inner.files.get_mut(&file).expect("owner file");
-    let Some(Slot::Ready {
+    let slot = fp.pages.get_mut(index);
+    let Some(&mut Slot::Ready {
         unused_ra,
         marker,
         len,
         ..
-    }) = fp.pages.get(index).copied()
+    }) = slot
     else {
         unreachable!("victims are up to date")
     };
     let seen = unused_ra && used_unseen(hits, (file, index), victim, marker, len, page);
+    let unused_ra = unused_ra && !seen;
+    // The shadow takes the page's place in the table (one look-up, not two).
+    if let Some(slot) = slot {
+        *slot = Slot::Shadow {
+            evicted_unused: unused_ra,
+        };
+    }
     hits.clear_fresh(victim);
     if seen {
         // Its first use came through the hit path and awaits the replay.
         fp.stats.readahead_used += 1;
         inner.totals.readahead_used += 1;
     }
-    let unused_ra = unused_ra && !seen;
-    fp.pages.insert(
-        index,
-        Slot::Shadow {
-            evicted_unused: unused_ra,
-        },
-    );
     if unused_ra {
         fp.stats.readahead_wasted += 1;
         inner.totals.readahead_wasted += 1;
@@ -513,9 +514,7 @@ fn evict(inner: &mut Inner, hits: &HitTable, victim: u32, page: usize) {
     while inner.shadows.len() > inner.owner.len() {
         let (f, i) = inner.shadows.pop_front().unwrap();
         if let Some(fp) = inner.files.get_mut(&f) {
-            if let Some(Slot::Shadow { .. }) = fp.pages.get(i) {
-                fp.pages.remove(i);
-            }
+            fp.pages.remove_if(i, |s| matches!(s, Slot::Shadow { .. }));
         }
     }
 }

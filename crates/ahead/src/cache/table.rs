@@ -124,6 +124,24 @@ impl PageTable {
         old
     }
 
+    /// Forgets page `index` if `forget` says so of its slot (one probe
+    /// where a look and a removal take two); returns whether it did.
+    pub(crate) fn remove_if(&mut self, index: u64, forget: impl Fn(&Slot) -> bool) -> bool {
+        let (c, i) = split(index);
+        let Some(chunk) = self.chunks.get_mut(&c) else {
+            return false;
+        };
+        if !chunk.slots[i].as_ref().is_some_and(forget) {
+            return false;
+        }
+        chunk.slots[i] = None;
+        chunk.live -= 1;
+        if chunk.live == 0 {
+            self.chunks.remove(&c);
+        }
+        true
+    }
+
     /// Keeps the pages for which `keep` says so.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(u64, &mut Slot) -> bool) {
         self.chunks.retain(|&c, chunk| {
@@ -171,7 +189,7 @@ mod tests {
         /// would, through any mix of inserts, removals and retains.
         #[test]
         fn it_behaves_as_a_map_of_pages(
-            ops in proptest::collection::vec((0u8..4, 0u64..200, 0u32..5), 0..400)
+            ops in proptest::collection::vec((0u8..5, 0u64..200, 0u32..5), 0..400)
         ) {
             let mut t = PageTable::default();
             let mut m = std::collections::HashMap::new();
@@ -179,6 +197,13 @@ mod tests {
                 match op {
                     0 | 1 => prop_assert_eq!(t.insert(index, slot(v)), m.insert(index, slot(v))),
                     2 => prop_assert_eq!(t.remove(index), m.remove(&index)),
+                    3 => {
+                        let want = m.get(&index) == Some(&slot(v));
+                        if want {
+                            m.remove(&index);
+                        }
+                        prop_assert_eq!(t.remove_if(index, |s| *s == slot(v)), want);
+                    }
                     _ => {
                         t.retain(|i, s| !(i + v as u64).is_multiple_of(3) || *s == slot(0));
                         m.retain(|&i, s| !(i + v as u64).is_multiple_of(3) || *s == slot(0));
