@@ -78,20 +78,29 @@ impl Planner<'_> {
             return None;
         }
         let half = self.cache.frames() as u64 / 2;
+        let take = |p: &mut Self, j: u64| {
+            take_used(
+                p.inner,
+                &p.cache.pins,
+                &p.cache.hits,
+                p.cache.page,
+                (p.file, j),
+            )
+        };
+        // Behind a forward scan first; the page ahead (a backward scan's)
+        // is looked up only if that gives nothing: a forward scan's look
+        // far ahead was a second page-table probe a page, and a miss.
         let behind = index
             .checked_sub(self.ring)
             .filter(|&j| j.checked_sub(half).is_some_and(|i| self.was_read(i)));
-        let ahead = Some(index + self.ring)
-            .filter(|&j| j + half < self.file_pages && self.was_read(j + half));
-        [behind, ahead].into_iter().flatten().find_map(|j| {
-            take_used(
-                self.inner,
-                &self.cache.pins,
-                &self.cache.hits,
-                self.cache.page,
-                (self.file, j),
-            )
-        })
+        if let Some(frame) = behind.and_then(|j| take(self, j)) {
+            return Some(frame);
+        }
+        let j = index + self.ring;
+        if j + half < self.file_pages && self.was_read(j + half) {
+            return take(self, j);
+        }
+        None
     }
 
     /// Whether page `index` is cached or was evicted (a shadow remains).
