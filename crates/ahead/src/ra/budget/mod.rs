@@ -450,20 +450,27 @@ impl Budget {
         let (lo, hi) = (window.start, window.end());
         let backward = window.shape == Shape::Backward;
         let outstanding = [&self.charged_out, &self.floor_out];
-        let run = |from: Option<u64>| -> Option<(u64, u64)> {
+        let mut left = self.left();
+        // A run is looked at no further than the page the budget would
+        // stop at if none of it were on the floor (the cache is asked of
+        // each page a run holds): a budget of none looks at one page.
+        let run = |from: Option<u64>, left: u64| -> Option<(u64, u64)> {
+            let most = left.saturating_add(1);
             if backward {
-                spec.run_down(from?, lo, &outstanding, view)
+                spec.run_down(from?, lo, &outstanding, view, most)
             } else {
-                spec.run_up(from?, hi, &outstanding, view)
+                spec.run_up(from?, hi, &outstanding, view, most)
             }
         };
-        let mut left = self.left();
         let (mut cut, mut kept) = (None, 0);
-        let mut next = run(if backward {
-            hi.checked_sub(1)
-        } else {
-            Some(lo)
-        });
+        let mut next = run(
+            if backward {
+                hi.checked_sub(1)
+            } else {
+                Some(lo)
+            },
+            left,
+        );
         'walk: while let Some((a, b)) = next {
             for (s, e, free) in walk::pieces(floor.as_ref(), a, b, backward) {
                 let n = e - s;
@@ -477,7 +484,7 @@ impl Budget {
                 }
                 kept += n;
             }
-            next = run(if backward { a.checked_sub(1) } else { Some(b) });
+            next = run(if backward { a.checked_sub(1) } else { Some(b) }, left);
         }
         if let Some(p) = cut {
             self.foresee(&window, p, req, view);
@@ -529,6 +536,7 @@ impl Budget {
             admitted.end(),
             &[&self.charged_out, &self.floor_out],
             view,
+            u64::MAX,
         ) {
             for (s, e, on_floor) in walk::pieces(floor.as_ref(), a, b, false) {
                 if on_floor {
@@ -578,8 +586,13 @@ impl Budget {
         // Consecutive pages go in as one range.
         let mut run: Option<(u64, u64)> = None;
         let mut p = lo;
-        while let Some((a, b)) = spec.run_up(p, hi, &[&self.charged_out, &self.floor_out, &f], view)
-        {
+        while let Some((a, b)) = spec.run_up(
+            p,
+            hi,
+            &[&self.charged_out, &self.floor_out, &f],
+            view,
+            u64::MAX,
+        ) {
             self.foreseen += b - a;
             run = match run {
                 Some((s, e)) if e == a => Some((s, b)),
@@ -635,9 +648,13 @@ impl Budget {
             req,
         };
         let mut p = f.start;
-        while let Some((a, b)) =
-            spec.run_up(p, f.end(), &[&self.charged_out, &self.floor_out], view)
-        {
+        while let Some((a, b)) = spec.run_up(
+            p,
+            f.end(),
+            &[&self.charged_out, &self.floor_out],
+            view,
+            u64::MAX,
+        ) {
             self.floor += b - a;
             self.floor_out.add_range(a, b);
             p = b;
@@ -654,7 +671,7 @@ fn reads_ahead(w: &Window, req: Request, view: &dyn CacheView) -> u64 {
         req,
     };
     let (mut n, mut p) = (0, w.start);
-    while let Some((a, b)) = spec.run_up(p, w.end(), &[], view) {
+    while let Some((a, b)) = spec.run_up(p, w.end(), &[], view, u64::MAX) {
         n += b - a;
         p = b;
     }

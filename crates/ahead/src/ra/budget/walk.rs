@@ -125,17 +125,20 @@ impl Spec<'_> {
     /// as `(start, end)`: `start` is [`Spec::next_up`]'s page, and every
     /// page of the run passes, so a caller counts it whole. A run ends
     /// where the window's (or a stride's) pages end, at the request, at a
-    /// range of `ranges` or at a present page, or at `hi`.
+    /// range of `ranges` or at a present page, or at `hi`; and after at
+    /// most `max` pages (at least one), where a caller needs no more: the
+    /// cache is asked of each page the run holds.
     pub(super) fn run_up(
         &self,
         p: u64,
         hi: u64,
         ranges: &[&Ranges],
         view: &dyn CacheView,
+        max: u64,
     ) -> Option<(u64, u64)> {
         let a = self.next_up(p, hi, ranges, view)?;
         let w = self.window;
-        let mut end = hi;
+        let mut end = hi.min(a.saturating_add(max.max(1)));
         if !self.whole {
             end = end.min(w.end());
             if let Shape::Strided { run, period } = w.shape {
@@ -162,10 +165,11 @@ impl Spec<'_> {
         lo: u64,
         ranges: &[&Ranges],
         view: &dyn CacheView,
+        max: u64,
     ) -> Option<(u64, u64)> {
         let b = self.next_down(p, lo, ranges, view)?;
         let w = self.window;
-        let mut start = lo;
+        let mut start = lo.max((b + 1).saturating_sub(max.max(1)));
         if !self.whole {
             start = start.max(w.start);
             if let Shape::Strided { period, .. } = w.shape {
@@ -320,6 +324,7 @@ mod tests {
             a in proptest::collection::vec(0u64..170, 0..60),
             b in proptest::collection::vec(0u64..170, 0..60),
             bounds in (0u64..170, 0u64..170),
+            cap in prop_oneof![Just(u64::MAX), 0u64..8],
         ) {
             let shape = match shape {
                 0 => Shape::Forward,
@@ -360,12 +365,13 @@ mod tests {
             down.reverse();
             prop_assert_eq!(&down, &want);
             // The runs, up and down: each a stretch of consecutive selected
-            // pages starting (up) or ending (down) at the walk's page, and
-            // together the selected pages, in order.
+            // pages starting (up) or ending (down) at the walk's page, of at
+            // most `cap` pages (at least one), and together the selected
+            // pages, in order.
             let mut runs_up = Vec::new();
             let mut p = lo;
-            while let Some((a, b)) = spec.run_up(p, hi, &rs, &view) {
-                prop_assert!(a < b && b <= hi);
+            while let Some((a, b)) = spec.run_up(p, hi, &rs, &view, cap) {
+                prop_assert!(a < b && b <= hi && b - a <= cap.max(1));
                 prop_assert_eq!(Some(a), spec.next_up(p, hi, &rs, &view));
                 runs_up.extend(a..b);
                 p = b;
@@ -373,8 +379,8 @@ mod tests {
             prop_assert_eq!(&runs_up, &want);
             let mut runs_down = Vec::new();
             let mut next = hi.checked_sub(1);
-            while let Some((a, b)) = next.and_then(|p| spec.run_down(p, lo, &rs, &view)) {
-                prop_assert!(a < b && lo <= a);
+            while let Some((a, b)) = next.and_then(|p| spec.run_down(p, lo, &rs, &view, cap)) {
+                prop_assert!(a < b && lo <= a && b - a <= cap.max(1));
                 prop_assert_eq!(Some(b - 1), next.and_then(|p| spec.next_down(p, lo, &rs, &view)));
                 runs_down.extend((a..b).rev());
                 next = a.checked_sub(1);
