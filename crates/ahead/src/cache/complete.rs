@@ -102,25 +102,30 @@ fn landed(
         }
     }
     let mut release = Vec::new();
+    let closed = fp.closed;
     for (k, &frame) in plan.frames.iter().enumerate() {
         let index = plan.first + k as u64;
         let valid = n.saturating_sub(k as u64 * page).min(page);
-        match fp.pages.get(index).copied() {
-            Some(Slot::Reading {
+        // The page becomes `Ready` where its slot is (one look-up).
+        let landed = fp.pages.get_mut(index).and_then(|slot| match *slot {
+            Slot::Reading {
                 speculative,
                 marker,
                 ..
-            }) if !fp.closed && valid > 0 => {
-                fp.pages.insert(
-                    index,
-                    Slot::Ready {
-                        frame,
-                        len: valid as u32,
-                        marker,
-                        unused_ra: speculative,
-                        read_ahead: speculative,
-                    },
-                );
+            } if !closed && valid > 0 => {
+                *slot = Slot::Ready {
+                    frame,
+                    len: valid as u32,
+                    marker,
+                    unused_ra: speculative,
+                    read_ahead: speculative,
+                };
+                Some((speculative, marker))
+            }
+            _ => None,
+        });
+        match landed {
+            Some((speculative, marker)) => {
                 eviction.insert(frame);
                 // Whole and unmarked: readers may take it without the lock
                 // from now on, its first use included (counted when the
@@ -134,8 +139,8 @@ fn landed(
                     }
                 }
             }
-            _ => {
-                if !fp.closed {
+            None => {
+                if !closed {
                     fp.pages.remove(index);
                 }
                 release.push(frame);
