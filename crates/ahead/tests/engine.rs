@@ -818,6 +818,47 @@ fn a_cache_in_huge_pages_reads_every_byte_and_asks_the_kernel_for_them() {
 }
 
 #[test]
+fn a_file_read_after_another_was_closed_still_reads_into_registered_buffers() {
+    // A long-running engine reads file after file. The frames a closed
+    // file gave back must come out again as runs inside one registered
+    // region, or every later read goes out as a plain READV whose pages the
+    // kernel pins one by one (they came back in the closed file's page-table
+    // order once, and not one read of the next file was a fixed read).
+    if ahead::io::Uring::new(1).is_err() {
+        eprintln!("SKIP io_uring: unavailable");
+        return;
+    }
+    let dir = scratch();
+    let size = 24u64 << 20;
+    let (a, b) = (gen(dir.path(), "a", size), gen(dir.path(), "b", size));
+    let engine = Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(32 << 20)
+            .with_max_readahead(1 << 20)
+            .with_backend(BackendKind::Uring)
+            .with_huge_pages(ahead::io::HugePages::Off),
+    )
+    .unwrap();
+    let f = engine.open(&a).unwrap();
+    read_forward_checked("first file", &f, size, 128 << 10);
+    drop(f);
+    let (reads, fixed) = (engine.stats().device_reads, engine.fixed_reads());
+    assert!(fixed > 0, "no registered reads at all: {fixed} of {reads}");
+    let f = engine.open(&b).unwrap();
+    read_forward_checked("second file", &f, size, 128 << 10);
+    let (reads, fixed) = (
+        engine.stats().device_reads - reads,
+        engine.fixed_reads() - fixed,
+    );
+    assert!(reads > 0);
+    // All of them but a read that straddles two regions now and then.
+    assert!(
+        fixed * 10 >= reads * 9,
+        "{fixed} of the second file's {reads} device reads were fixed reads"
+    );
+}
+
+#[test]
 fn auto_huge_pages_follow_the_probe_and_read_every_byte() {
     // The default: at its first read the engine touches one huge page and
     // 2 MiB of small ones, keeps huge pages only if the huge one was

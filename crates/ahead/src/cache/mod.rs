@@ -35,6 +35,7 @@
 
 mod complete;
 pub mod eviction;
+mod free;
 mod hits;
 #[cfg(test)]
 mod model;
@@ -118,7 +119,7 @@ pub(crate) struct Plan {
 pub(crate) struct Inner {
     files: HashMap<FileId, FilePages, BuildHasherDefault<IndexHasher>>,
     owner: Vec<Option<(FileId, u64)>>,
-    free: Vec<u32>,
+    free: free::FreeFrames,
     eviction: Box<dyn Eviction>,
     shadows: VecDeque<(FileId, u64)>,
     /// Frames with a read in flight, all files.
@@ -186,7 +187,7 @@ impl PageCache {
             inner: Mutex::new(Inner {
                 files: HashMap::default(),
                 owner: vec![None; frames],
-                free: (0..frames as u32).rev().collect(),
+                free: free::FreeFrames::all(frames),
                 eviction: eviction::new_eviction(eviction, frames),
                 shadows: VecDeque::new(),
                 reading: 0,
