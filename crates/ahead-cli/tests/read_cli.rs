@@ -263,6 +263,46 @@ fn cat_streams_a_fifo_a_character_device_and_standard_input() {
 }
 
 #[test]
+fn bench_fast_reports_the_kernel_a_fresh_engine_and_a_kept_one() {
+    // `ahead bench fast`: the kernel's loop, ahead with a fresh engine per
+    // run and ahead with one engine kept, each run cold (the kept engine's
+    // runs are checked cold inside the bench: the device reads the file
+    // whole every time, or the bench fails).
+    let dir = scratch();
+    let f = gen(dir.path(), "f", 64 << 20);
+    let json = dir.path().join("fast.json");
+    let o = ahead(&[
+        "bench",
+        "fast",
+        "--file",
+        s(&f),
+        "--reps",
+        "2",
+        "--bs",
+        "128k",
+        "--json",
+        s(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("fresh") && out.contains("kept"), "{out}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let r = &rows[0];
+    assert_eq!(r["bs"], 128 << 10);
+    for side in ["kernel", "ahead", "ahead_kept"] {
+        let runs = r[side]["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{side}: {r}");
+        for run in runs {
+            assert!(run["mb_s"].as_f64().unwrap() > 0.0, "{side}: {r}");
+            assert!(run["cpu_s"].as_f64().unwrap() > 0.0, "{side}: {r}");
+        }
+    }
+    assert!(r["kept_cpu_ratio"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+#[test]
 fn bench_on_a_capped_device_reports_the_profile_the_oracle_and_cpu() {
     if !rustix::process::geteuid().is_root() {
         eprintln!("SKIP bench --device: needs root");

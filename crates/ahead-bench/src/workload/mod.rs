@@ -17,7 +17,10 @@ use ahead::io::{AlignedBuf, Backend, IoBuf, ReadOp};
 use ahead::{Engine as AheadEngine, EngineConfig};
 
 mod object;
+mod prepare;
 use object::run_url;
+pub use prepare::evict;
+use prepare::prepare;
 
 /// An access pattern.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,40 +237,7 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> crate::Result<Measurem
     if let Some(url) = path.to_str().filter(|s| ahead::remote::is_url(s)) {
         return run_url(url, engine, w);
     }
-    let meta = std::fs::metadata(path)
-        .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?;
-    let mut size = if meta.is_file() {
-        meta.len()
-    } else if std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type()) {
-        use std::io::Seek as _;
-        std::fs::File::open(path)
-            .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)))
-            .map_err(|e| crate::Error::msg(format!("{}: {e}", path.display())))?
-    } else {
-        return Err(format!(
-            "{}: not a regular file or block device (a read needs the file's size; \
-             `ahead cat` streams pipes and character devices)",
-            path.display()
-        )
-        .into());
-    };
-    if w.span > 0 {
-        size = size.min(w.span);
-    }
-    if size < w.bs {
-        return Err(format!(
-            "{}: file is smaller than one request ({} bytes)",
-            path.display(),
-            w.bs
-        )
-        .into());
-    }
-    if w.cold {
-        evict(path)?;
-    }
-    if w.drain > 0 {
-        drain(path, w.drain.min(size))?;
-    }
+    let size = prepare(path, w)?;
     let (parts, streams) = parts_for(w, size);
     match engine {
         Engine::Kernel | Engine::KernelDirect => {
@@ -293,16 +263,43 @@ pub fn run(path: &Path, engine: &Engine, w: &Workload) -> crate::Result<Measurem
             mode,
         } => {
             let eng = AheadEngine::new(config.clone()).map_err(|e| e.to_string())?;
-            let file = eng
-                .open_with(path, &ahead::OpenOptions::new().mode(*mode))
-                .map_err(|e| e.to_string())?;
-            measure_ahead(&eng, &file, parts, streams, w, *zero_copy)
+            read_with(&eng, path, *mode, parts, streams, w, *zero_copy)
         }
         Engine::DeviceLimit => {
             let all: Vec<u64> = parts.into_iter().flatten().collect();
             device_limit(path, w.bs, &all, w.depth.max(1))
         }
     }
+}
+
+/// Runs `w` on `path` through an engine the caller keeps from run to run,
+/// as a long-running process keeps its cache (Direct, Buffered or Uncached
+/// as `mode` says; the file is opened, read and closed).
+pub fn run_kept(
+    path: &Path,
+    eng: &AheadEngine,
+    mode: ahead::Mode,
+    w: &Workload,
+) -> crate::Result<Measurement> {
+    let size = prepare(path, w)?;
+    let (parts, streams) = parts_for(w, size);
+    read_with(eng, path, mode, parts, streams, w, false)
+}
+
+/// Opens `path` in `eng` and runs the readers of `parts`.
+fn read_with(
+    eng: &AheadEngine,
+    path: &Path,
+    mode: ahead::Mode,
+    parts: Vec<Vec<u64>>,
+    streams: usize,
+    w: &Workload,
+    zero_copy: bool,
+) -> crate::Result<Measurement> {
+    let file = eng
+        .open_with(path, &ahead::OpenOptions::new().mode(mode))
+        .map_err(|e| e.to_string())?;
+    measure_ahead(eng, &file, parts, streams, w, zero_copy)
 }
 
 /// The offsets each reader of `w` reads in a file of `size` bytes, and
@@ -371,34 +368,6 @@ fn measure_ahead(
     m.huge_pages = Some(eng.huge_pages());
     m.remote = file.remote_stats();
     Ok(m)
-}
-
-/// Reads the first `bytes` of `path` with O_DIRECT in 1 MiB requests:
-/// the bandwidth burst a throttle lets through after an idle spell. (Mixing
-/// in 4 KiB requests to spend an IOPS burst too made the next runs less
-/// steady, not more; runs bound by IOPS are sized to last seconds instead.)
-fn drain(path: &Path, bytes: u64) -> crate::Result<()> {
-    let fd = ahead::testdata::open_read(path, true)
-        .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?;
-    let mut buf = AlignedBuf::new(1 << 20, 4096);
-    let mut at = 0;
-    while at < bytes {
-        let n = rustix::io::pread(&fd, buf.as_mut_slice(), at)
-            .map_err(|e| crate::Error::msg(format!("read {}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        at += n as u64;
-    }
-    Ok(())
-}
-
-/// Drops `path` from the kernel's cache.
-pub fn evict(path: &Path) -> crate::Result<()> {
-    let fd = ahead::testdata::open_read(path, false)
-        .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?;
-    ahead::residency::evict(&fd, 0, 0)
-        .map_err(|e| crate::Error::msg(format!("evict {}: {e}", path.display())))
 }
 
 /// Spreads one stream over `depth` threads (round-robin), so that the
