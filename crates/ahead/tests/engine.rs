@@ -859,6 +859,70 @@ fn a_file_read_after_another_was_closed_still_reads_into_registered_buffers() {
 }
 
 #[test]
+fn a_file_opened_again_reads_its_kept_pages_and_a_changed_one_reads_the_device() {
+    // The kernel serves a file opened again from its cache; so does the
+    // engine now, for a regular file at the same version, and never for
+    // one changed while it was closed.
+    let dir = scratch();
+    let size = 3u64 << 20;
+    let path = gen(dir.path(), "f", size);
+    let engine = Engine::new(
+        EngineConfig::default()
+            .with_cache_bytes(16 << 20)
+            .with_max_readahead(1 << 20),
+    )
+    .unwrap();
+    let reads = || engine.stats().device_reads;
+    let f = engine.open(&path).unwrap();
+    read_forward_checked("first open", &f, size, 64 << 10);
+    drop(f);
+    let before = reads();
+    assert!(before > 0);
+    // Twice more: all from the cache, through a new handle each time.
+    for round in 0..2 {
+        let f = engine.open(&path).unwrap();
+        read_forward_checked("opened again", &f, size, 64 << 10);
+        assert_eq!(reads(), before, "round {round}: the device was read again");
+        assert_eq!(f.stats().device_reads, 0, "round {round}");
+    }
+    // Two handles at once: each reads the right bytes; the later close
+    // replaces what the earlier kept.
+    let (a, b) = (engine.open(&path).unwrap(), engine.open(&path).unwrap());
+    read_forward_checked("handle a", &a, size, 1 << 20);
+    read_forward_checked("handle b", &b, size, 1 << 20);
+    drop(a);
+    drop(b);
+    // Dropped on request: the next open reads the device.
+    assert!(engine.evict(&path).unwrap() > 0);
+    assert_eq!(engine.evict(&path).unwrap(), 0);
+    let before = reads();
+    let f = engine.open(&path).unwrap();
+    read_forward_checked("after evict", &f, size, 64 << 10);
+    drop(f);
+    assert!(reads() > before, "evict kept the pages");
+    // Rewritten while closed, at the same size: the new bytes, from the
+    // device.
+    std::fs::write(&path, vec![0xa5u8; size as usize]).unwrap();
+    let before = reads();
+    let f = engine.open(&path).unwrap();
+    let mut buf = vec![0u8; size as usize];
+    let mut at = 0;
+    while at < size {
+        let n = f.read_at(&mut buf[at as usize..], at).unwrap();
+        assert!(n > 0);
+        at += n as u64;
+    }
+    assert!(buf.iter().all(|&x| x == 0xa5), "old bytes after a rewrite");
+    assert!(reads() > before);
+    drop(f);
+    // Replaced by another file under the same name: a new inode.
+    let other = gen(dir.path(), "g", size);
+    std::fs::rename(&other, &path).unwrap();
+    let f = engine.open(&path).unwrap();
+    read_forward_checked("replaced", &f, size, 64 << 10);
+}
+
+#[test]
 fn auto_huge_pages_follow_the_probe_and_read_every_byte() {
     // The default: at its first read the engine touches one huge page and
     // 2 MiB of small ones, keeps huge pages only if the huge one was

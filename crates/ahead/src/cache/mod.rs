@@ -36,6 +36,8 @@
 mod complete;
 pub mod eviction;
 mod free;
+mod kept;
+pub(crate) use kept::Identity;
 mod hits;
 #[cfg(test)]
 mod model;
@@ -49,7 +51,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 
-use crate::io::Arena;
+use crate::io::{Arena, Version};
 use crate::ra::{self, Feedback, Lookup, Shadow, Window};
 use crate::units::IndexHasher;
 pub use eviction::{Eviction, EvictionKind};
@@ -100,7 +102,25 @@ pub(crate) struct FilePages {
     /// Bumped each time the file's pages are dropped because it changed.
     generation: u64,
     closed: bool,
+    /// Its last handle closed, its pages kept for the next open of the
+    /// same file at the same version (`kept`).
+    kept: bool,
     pub(crate) stats: Stats,
+}
+
+impl FilePages {
+    fn new(size: u64) -> FilePages {
+        FilePages {
+            pages: table::PageTable::default(),
+            feedback: Vec::new(),
+            size,
+            reading: 0,
+            generation: 0,
+            closed: false,
+            kept: false,
+            stats: Stats::default(),
+        }
+    }
 }
 
 /// A run of pages planned for one device read: frames for pages
@@ -120,6 +140,7 @@ pub(crate) struct Inner {
     files: HashMap<FileId, FilePages, BuildHasherDefault<IndexHasher>>,
     owner: Vec<Option<(FileId, u64)>>,
     free: free::FreeFrames,
+    kept: kept::Kept,
     eviction: Box<dyn Eviction>,
     shadows: VecDeque<(FileId, u64)>,
     /// Frames with a read in flight, all files.
@@ -188,6 +209,7 @@ impl PageCache {
                 files: HashMap::default(),
                 owner: vec![None; frames],
                 free: free::FreeFrames::all(frames),
+                kept: kept::Kept::default(),
                 eviction: eviction::new_eviction(eviction, frames),
                 shadows: VecDeque::new(),
                 reading: 0,
@@ -228,34 +250,76 @@ impl PageCache {
 
     /// Registers a file of `size` bytes.
     pub(crate) fn open_file(&self, id: FileId, size: u64) {
-        self.lock().files.insert(
-            id,
-            FilePages {
-                pages: table::PageTable::default(),
-                feedback: Vec::new(),
-                size,
-                reading: 0,
-                generation: 0,
-                closed: false,
-                stats: Stats::default(),
-            },
-        );
+        self.lock().files.insert(id, FilePages::new(size));
+    }
+
+    /// Registers a regular file of identity `identity` read at `version`:
+    /// the pages kept from its last close if it was closed at the same
+    /// version (their id is returned), else none under `new_id`.
+    pub(crate) fn open_kept(&self, identity: Identity, version: Version, new_id: FileId) -> FileId {
+        let mut g = self.lock();
+        if let Some((id, at)) = g.kept.take(identity) {
+            match g.files.get_mut(&id) {
+                Some(fp) if fp.kept && at == version && fp.size == version.size => {
+                    fp.kept = false;
+                    fp.stats = Stats::default();
+                    fp.feedback.clear();
+                    return id;
+                }
+                _ => {
+                    self.forget(&mut g, id);
+                }
+            }
+        }
+        g.files.insert(new_id, FilePages::new(version.size));
+        new_id
+    }
+
+    /// The last handle of file `id` closed: its pages stay, kept under
+    /// `identity` at `version` for the next open ([`PageCache::open_kept`]).
+    pub(crate) fn keep_file(&self, id: FileId, identity: Identity, version: Version) {
+        let mut g = self.lock();
+        match g.files.get_mut(&id) {
+            Some(fp) if !fp.closed => fp.kept = true,
+            _ => return,
+        }
+        for old in g.kept.insert(identity, id, version) {
+            self.forget(&mut g, old);
+        }
+    }
+
+    /// Drops the pages kept of the closed file of identity `identity`; how
+    /// many were cached.
+    pub(crate) fn forget_kept(&self, identity: Identity) -> u64 {
+        let mut g = self.lock();
+        match g.kept.take(identity) {
+            Some((id, _)) => self.forget(&mut g, id),
+            None => 0,
+        }
     }
 
     /// Drops a file's pages (its in-flight reads free theirs on completion).
     pub(crate) fn close_file(&self, id: FileId) {
         let mut g = self.lock();
-        let done = match g.files.get_mut(&id) {
+        self.forget(&mut g, id);
+    }
+
+    /// Drops file `id` and its pages: at once, or when its last read in
+    /// flight completes. How many pages were cached.
+    fn forget(&self, inner: &mut Inner, id: FileId) -> u64 {
+        let done = match inner.files.get_mut(&id) {
             Some(fp) => {
                 fp.closed = true;
+                fp.kept = false;
                 fp.reading == 0
             }
-            None => return,
+            None => return 0,
         };
-        self.drop_cached(&mut g, id);
+        let dropped = self.drop_cached(inner, id);
         if done {
-            g.files.remove(&id);
+            inner.files.remove(&id);
         }
+        dropped
     }
 
     /// The file changed under the engine: drops every cached page, makes the

@@ -11,7 +11,7 @@ use rustix::fs::OFlags;
 use std::time::Duration;
 
 use super::kernel::{start_hinter, Hint, KernelFile, Mode};
-use super::{File, Kind, Parts, Served};
+use super::{File, Kind, OpenOptions, Parts, Served};
 use crate::cache::{EvictionKind, PageCache, Stats};
 use crate::io::ReadSource;
 use crate::io::{Backend, BackendKind};
@@ -247,61 +247,6 @@ impl Default for EngineConfig {
             cache_dir: None,
             cache_dir_bytes: None,
         }
-    }
-}
-
-/// How [`Engine::open_with`] opens a file.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct OpenOptions {
-    /// Direct (the default), Buffered or Uncached.
-    pub mode: Mode,
-    /// The readahead policy; `None` takes the engine's.
-    pub policy: Option<PolicyKind>,
-    /// Buffered mode: send kernel hints for the streams the kernel does not
-    /// detect (on by default).
-    pub hints: bool,
-    /// Uncached mode: use `RWF_DONTCACHE` where the kernel and file system
-    /// have it (on by default); off, the residency fallback is used.
-    pub dontcache: bool,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        OpenOptions {
-            mode: Mode::Direct,
-            policy: None,
-            hints: true,
-            dontcache: true,
-        }
-    }
-}
-
-impl OpenOptions {
-    /// The defaults: Direct mode, the engine's policy, hints on.
-    pub fn new() -> OpenOptions {
-        OpenOptions::default()
-    }
-    /// Sets the mode.
-    pub fn mode(mut self, mode: Mode) -> OpenOptions {
-        self.mode = mode;
-        self
-    }
-    /// Sets the readahead policy.
-    pub fn policy(mut self, policy: PolicyKind) -> OpenOptions {
-        self.policy = Some(policy);
-        self
-    }
-    /// Lets Uncached mode use `RWF_DONTCACHE` (on) or always the residency
-    /// fallback (off).
-    pub fn dontcache(mut self, on: bool) -> OpenOptions {
-        self.dontcache = on;
-        self
-    }
-    /// Turns Buffered mode's kernel hints on or off.
-    pub fn hints(mut self, on: bool) -> OpenOptions {
-        self.hints = on;
-        self
     }
 }
 
@@ -569,6 +514,21 @@ impl Engine {
         s
     }
 
+    /// Drops the pages the engine keeps of the closed file at `path`. A
+    /// regular file read in Direct mode keeps its pages in the cache after
+    /// its last handle closes, and an open of the same file at the same
+    /// version (size, modification and change times) reads them again, as
+    /// the kernel's cache serves a file opened again; after this its next
+    /// open reads the device. Returns how many pages were dropped: 0 when
+    /// none are kept (never read, still open, changed, or already gone).
+    pub fn evict(&self, path: impl AsRef<Path>) -> Result<u64> {
+        let path = path.as_ref();
+        let st = rustix::fs::stat(path).map_err(|e| Error::io("stat", path, None, e.into()))?;
+        #[allow(clippy::unnecessary_cast)] // the fields' widths vary by architecture
+        let identity = (st.st_dev as u64, st.st_ino as u64);
+        Ok(self.shared.cache.forget_kept(identity))
+    }
+
     /// Opens `path` in Direct mode: O_DIRECT through the engine's cache
     /// (falling back to buffered reads where the file system refuses
     /// O_DIRECT, unless `require_direct`). See [`Engine::open_with`].
@@ -646,7 +606,20 @@ impl Engine {
         // The file as it is now, from the descriptor that will be read.
         let stamp = fd.version().map_err(|e| err("stat", e))?;
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        self.shared.cache.open_file(id, stamp.size);
+        // A regular file read into ahead's cache keeps its pages past its
+        // close, for the next open at the same version (`cache::kept`); a
+        // block device's times do not change as it is written, so its
+        // pages go at close, as do the kernel's kinds' (none are cached).
+        #[allow(clippy::unnecessary_cast)] // the fields' widths vary by architecture
+        let keep_as = (opts.mode == Mode::Direct && kind == FileType::RegularFile)
+            .then_some((st.st_dev as u64, st.st_ino as u64));
+        let id = match keep_as {
+            Some(identity) => self.shared.cache.open_kept(identity, stamp, id),
+            None => {
+                self.shared.cache.open_file(id, stamp.size);
+                id
+            }
+        };
         let ra = RaConfig::with_max_pages(self.shared.max_ra_pages);
         let policy_kind = opts.policy.unwrap_or(self.shared.config.policy);
         let fd = Arc::new(fd);
@@ -680,6 +653,7 @@ impl Engine {
             kind,
             policy,
             stamp,
+            keep_as,
         }))
     }
 

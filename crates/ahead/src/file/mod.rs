@@ -37,6 +37,7 @@ mod hits;
 mod kernel;
 #[cfg(feature = "remote")]
 mod object;
+mod options;
 mod pages;
 mod reader;
 mod tuning;
@@ -44,11 +45,12 @@ mod tuning;
 pub use advice::Advice;
 use advice::{advice_at, set_advice};
 use cached::{copy_out, lend};
-pub use engine::{Engine, EngineConfig, OpenOptions};
+pub use engine::{Engine, EngineConfig};
 use engine::{Shared, FRAME_RETRY};
 pub use future::{block_on, ReadAt, ReadOwned};
 use hits::{hit_queues, Served, HIT_MAX_PAGES};
 pub use kernel::Mode;
+pub use options::OpenOptions;
 pub use pages::Pages;
 pub use reader::Reader;
 pub use tuning::{ReadaheadTuning, TuneSample};
@@ -120,6 +122,8 @@ struct FileInner {
     advised: std::sync::atomic::AtomicBool,
     /// The file as it was when opened or last refreshed.
     stamp: Mutex<Version>,
+    /// The identity its pages are kept under at close (`None`: dropped).
+    keep_as: Option<cache::Identity>,
 }
 
 /// What differs between a file and an object when one is opened: the
@@ -131,6 +135,7 @@ struct Parts {
     kind: Kind,
     policy: Box<dyn Policy>,
     stamp: Version,
+    keep_as: Option<cache::Identity>,
 }
 
 /// What a file is: one of three kinds, decided once at open. Each reads
@@ -207,6 +212,7 @@ impl File {
                 advice: Mutex::new(Vec::new()),
                 advised: std::sync::atomic::AtomicBool::new(false),
                 stamp: Mutex::new(p.stamp),
+                keep_as: p.keep_as,
             }),
         }
     }
@@ -224,7 +230,11 @@ impl Drop for FileInner {
                 });
             }
         }
-        self.engine.cache.close_file(self.id);
+        let stamp = *self.stamp.lock().unwrap_or_else(|p| p.into_inner());
+        match self.keep_as {
+            Some(identity) => self.engine.cache.keep_file(self.id, identity, stamp),
+            None => self.engine.cache.close_file(self.id),
+        }
     }
 }
 

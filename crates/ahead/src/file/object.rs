@@ -96,6 +96,7 @@ impl Engine {
             kind: Kind::Object(object),
             policy,
             stamp,
+            keep_as: None,
         }))
     }
 }
