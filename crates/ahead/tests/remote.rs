@@ -109,6 +109,46 @@ fn random_reads_of_a_cold_object_fetch_small_ranges() {
 }
 
 #[test]
+fn an_object_opened_again_reads_its_kept_pages_until_it_is_overwritten() {
+    let f = fixture();
+    f.put("obj", object_bytes(SIZE, 0));
+    let read_all = |file: &File, shift: u64| {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut at = 0u64;
+        while at < SIZE as u64 {
+            let n = file.read_at(&mut buf, at).unwrap();
+            assert!(n > 0);
+            assert_eq!(
+                testdata::first_mismatch(&buf[..n], at + shift),
+                None,
+                "at {at}"
+            );
+            at += n as u64;
+        }
+    };
+    let file = f.open("obj").unwrap();
+    read_all(&file, 0);
+    assert!(file.remote_stats().unwrap().bytes_fetched >= SIZE as u64);
+    drop(file);
+    // Opened again at the same ETag: nothing fetched but the open's HEAD.
+    let file = f.open("obj").unwrap();
+    read_all(&file, 0);
+    assert_eq!(file.remote_stats().unwrap().bytes_fetched, 0);
+    drop(file);
+    // Overwritten while closed: the new bytes, fetched.
+    f.put("obj", object_bytes(SIZE, 1));
+    let file = f.open("obj").unwrap();
+    read_all(&file, 1);
+    assert!(file.remote_stats().unwrap().bytes_fetched >= SIZE as u64);
+    drop(file);
+    // Another key is another object.
+    f.put("other", object_bytes(SIZE, 2));
+    let file = f.open("other").unwrap();
+    read_all(&file, 2);
+    assert!(file.remote_stats().unwrap().bytes_fetched >= SIZE as u64);
+}
+
+#[test]
 fn an_object_overwritten_mid_read_is_an_error_never_mixed_bytes() {
     let f = fixture();
     f.put("obj", object_bytes(SIZE, 0));

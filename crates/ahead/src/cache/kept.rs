@@ -13,6 +13,11 @@
 //! open of the same identity at the same version takes them back; at any
 //! other version they are dropped and it starts empty.
 //!
+//! An object is kept the same way, under a hash of its store and name,
+//! at its size and ETag, when its open asked the store for them (a HEAD);
+//! one opened from a listing's size and ETag, which may be as old as the
+//! listing, is not, nor one without an ETag.
+//!
 //! Bounded by [`KEPT_FILES`]: the oldest kept file beyond it is dropped.
 //! A file open on two handles at once has two sets of pages, as before.
 
@@ -21,7 +26,8 @@ use std::collections::{HashMap, VecDeque};
 use super::FileId;
 use crate::io::Version;
 
-/// A file's identity: its device and inode numbers.
+/// A file's identity: its device and inode numbers (an object's: 128 bits
+/// of hash of its store and name).
 pub(crate) type Identity = (u64, u64);
 
 /// How many closed files keep their pages at most. Their pages are

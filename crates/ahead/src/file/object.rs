@@ -70,6 +70,9 @@ impl Engine {
         listed: Option<(u64, String)>,
     ) -> Result<File> {
         let shared = &self.shared;
+        // Kept past its close only if its version came from the store at
+        // this open (a HEAD): a listing's may be as old as its TTL.
+        let identity = listed.is_none().then(|| object_identity(&*store, name));
         let runtime = shared
             .runtime()
             .map_err(|e| Error::io("start the remote runtime", name.as_ref(), None, e))?;
@@ -86,7 +89,15 @@ impl Engine {
         // What the open's HEAD found: one round trip, not two.
         let stamp = object.known_version();
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        shared.cache.open_file(id, stamp.size);
+        // With no ETag there is no version to hold kept pages to.
+        let keep_as = identity.filter(|_| stamp.tag != 0);
+        let id = match keep_as {
+            Some(identity) => shared.cache.open_kept(identity, stamp, id),
+            None => {
+                shared.cache.open_file(id, stamp.size);
+                id
+            }
+        };
         let kind = shared.config.policy;
         let policy = ra::new_policy(kind, RaConfig::with_max_pages(shared.max_ra_pages));
         Ok(File::assemble(Parts {
@@ -96,9 +107,22 @@ impl Engine {
             kind: Kind::Object(object),
             policy,
             stamp,
-            keep_as: None,
+            keep_as,
         }))
     }
+}
+
+/// An object's identity for the pages kept past its close: 128 bits of
+/// hash of its store and name (its version, size and ETag, is checked
+/// apart, at each open).
+fn object_identity(store: &dyn ObjectStore, name: &str) -> crate::cache::Identity {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (salt, store.to_string(), name).hash(&mut h);
+        h.finish()
+    };
+    (half(1), half(2))
 }
 
 impl Shared {
