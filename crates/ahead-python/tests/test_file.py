@@ -214,3 +214,21 @@ def test_max_io_sets_the_largest_read(data):
     assert got["1m"] < got["default"], got
     with pytest.raises(ValueError):
         ahead.Engine(max_io=0)
+
+
+def test_a_file_opened_again_reads_what_it_left_until_it_changes(tmp_path):
+    # As the kernel's cache serves a file opened again, so does an engine's,
+    # held to the file's size and modification and change times.
+    p = tmp_path / "again.bin"
+    p.write_bytes(expected(0, 4 << 20))
+    eng = ahead.Engine(cache="64m")
+    with eng.open(str(p)) as f:
+        assert f.read() == expected(0, 4 << 20)
+        assert f.stats()["device_reads"] > 0
+    with eng.open(str(p)) as f:
+        assert f.read() == expected(0, 4 << 20)
+        assert f.stats()["device_reads"] == 0
+    p.write_bytes(expected(5, 4 << 20))
+    with eng.open(str(p)) as f:
+        assert f.read() == expected(5, 4 << 20)
+        assert f.stats()["device_reads"] > 0

@@ -140,16 +140,35 @@ def test_files_pickle_to_spawned_workers_at_their_positions(s3, many):
         f.close()
 
 
-def test_objects_get_an_engine_sized_for_a_store(s3, obj):
+def test_objects_get_an_engine_sized_for_a_store(s3):
     # The default engine for objects asks for 1 MB in one GET (a local
     # file's engine would split it into 256 KiB reads); a small budget
     # given for an object shrinks its windows to fit rather than failing.
+    # An object of its own: one another test read is kept in the default
+    # engine, and its reads fetch nothing.
+    obj = s3.put("py/sized.bin", expected(0, SIZE))
     with ahead.open(obj, options=s3.options()) as f:
         before = f.stats()["remote_requests"]
         assert f.pread(1_000_000, 2 << 20) == expected(2 << 20, 1_000_000)
         assert f.stats()["remote_requests"] - before == 1
     with ahead.open(obj, options=s3.options(), cache="8m") as f:
         assert f.pread(1_000_000, 3 << 20) == expected(3 << 20, 1_000_000)
+
+
+def test_an_object_opened_again_reads_what_it_left_until_it_changes(s3):
+    # As the kernel serves a file opened again: the engine keeps an
+    # object's pages past its close, held to its size and ETag.
+    obj = s3.put("py/again.bin", expected(0, SIZE))
+    with ahead.open(obj, options=s3.options()) as f:
+        assert f.pread(1 << 20, 1 << 20) == expected(1 << 20, 1 << 20)
+        assert f.stats()["remote_bytes_fetched"] >= 1 << 20
+    with ahead.open(obj, options=s3.options()) as f:
+        assert f.pread(1 << 20, 1 << 20) == expected(1 << 20, 1 << 20)
+        assert f.stats()["remote_bytes_fetched"] == 0
+    s3.put("py/again.bin", expected(7, SIZE))
+    with ahead.open(obj, options=s3.options()) as f:
+        assert f.pread(1 << 20, 1 << 20) == expected((1 << 20) + 7, 1 << 20)
+        assert f.stats()["remote_bytes_fetched"] >= 1 << 20
 
 
 def _epoch(args):
