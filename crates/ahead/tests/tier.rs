@@ -7,6 +7,8 @@
 //! not push out a working set; engines sharing a directory at once read
 //! the right bytes. Objects on the embedded S3 server, every byte checked.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,7 @@ use ahead::remote::{DiskTier, TIER_CHUNK};
 use ahead::testdata;
 use ahead::{Engine, EngineConfig, File};
 use ahead_testkit::s3::Server;
+use common::read_all;
 use object_store::path::Path as ObjectPath;
 
 const BUCKET: &str = "data";
@@ -76,23 +79,6 @@ fn engine_in(dir: &Path, limit: Option<u64>) -> Engine {
         config = config.with_cache_dir_bytes(l);
     }
     Engine::new(config).unwrap()
-}
-
-/// Reads the whole file in 256 KiB reads, checking every byte against
-/// the generated data shifted by `shift`.
-fn read_all(file: &File, shift: u64) {
-    let mut buf = vec![0u8; 256 << 10];
-    let mut at = 0;
-    while at < file.len() {
-        let n = file.read_at(&mut buf, at).unwrap();
-        assert!(n > 0);
-        assert_eq!(
-            testdata::first_mismatch(&buf[..n], at + shift),
-            None,
-            "at {at}"
-        );
-        at += n as u64;
-    }
 }
 
 /// Waits until the engine's tier has written `bytes` (admission runs
