@@ -248,17 +248,18 @@ impl PageCache {
         self.changed.wait_timeout(guard, timeout).unwrap().0
     }
 
-    /// Registers a file of `size` bytes.
-    pub(crate) fn open_file(&self, id: FileId, size: u64) {
-        self.lock().files.insert(id, FilePages::new(size));
-    }
-
-    /// Registers a regular file of identity `identity` read at `version`:
-    /// the pages kept from its last close if it was closed at the same
-    /// version (their id is returned), else none under `new_id`.
-    pub(crate) fn open_kept(&self, identity: Identity, version: Version, new_id: FileId) -> FileId {
+    /// Registers a file opened at `version`, under `new_id`; or, for a file
+    /// whose pages are kept at close (`keep_as`, its identity), the pages
+    /// kept from its last close if it was closed at the same version, under
+    /// their id. The file's id.
+    pub(crate) fn open(
+        &self,
+        new_id: FileId,
+        version: Version,
+        keep_as: Option<Identity>,
+    ) -> FileId {
         let mut g = self.lock();
-        if let Some((id, at)) = g.kept.take(identity) {
+        if let Some((id, at)) = keep_as.and_then(|identity| g.kept.take(identity)) {
             match g.files.get_mut(&id) {
                 Some(fp) if fp.kept && at == version && fp.size == version.size => {
                     fp.kept = false;
@@ -276,7 +277,7 @@ impl PageCache {
     }
 
     /// The last handle of file `id` closed: its pages stay, kept under
-    /// `identity` at `version` for the next open ([`PageCache::open_kept`]).
+    /// `identity` at `version` for the next open ([`PageCache::open`]).
     pub(crate) fn keep_file(&self, id: FileId, identity: Identity, version: Version) {
         let mut g = self.lock();
         match g.files.get_mut(&id) {

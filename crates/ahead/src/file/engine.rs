@@ -613,13 +613,7 @@ impl Engine {
         #[allow(clippy::unnecessary_cast)] // the fields' widths vary by architecture
         let keep_as = (opts.mode == Mode::Direct && kind == FileType::RegularFile)
             .then_some((st.st_dev as u64, st.st_ino as u64));
-        let id = match keep_as {
-            Some(identity) => self.shared.cache.open_kept(identity, stamp, id),
-            None => {
-                self.shared.cache.open_file(id, stamp.size);
-                id
-            }
-        };
+        let id = self.shared.cache.open(id, stamp, keep_as);
         let ra = RaConfig::with_max_pages(self.shared.max_ra_pages);
         let policy_kind = opts.policy.unwrap_or(self.shared.config.policy);
         let fd = Arc::new(fd);

@@ -91,13 +91,7 @@ impl Engine {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         // With no ETag there is no version to hold kept pages to.
         let keep_as = identity.filter(|_| stamp.tag != 0);
-        let id = match keep_as {
-            Some(identity) => shared.cache.open_kept(identity, stamp, id),
-            None => {
-                shared.cache.open_file(id, stamp.size);
-                id
-            }
-        };
+        let id = shared.cache.open(id, stamp, keep_as);
         let kind = shared.config.policy;
         let policy = ra::new_policy(kind, RaConfig::with_max_pages(shared.max_ra_pages));
         Ok(File::assemble(Parts {
