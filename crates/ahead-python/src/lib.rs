@@ -187,6 +187,14 @@ impl Engine {
         stats_dict(py, &e.stats())
     }
 
+    /// Drops the pages the engine keeps of the closed local file at `path`
+    /// (a file closed and opened again reads them while it is unchanged):
+    /// its next open reads the device. The number of pages dropped.
+    fn evict(&self, path: std::path::PathBuf) -> PyResult<u64> {
+        let e = self.cell.get()?;
+        e.evict(&path).map_err(os_error)
+    }
+
     /// Opens `path` (a local file, or an `s3://` or `http(s)://` URL;
     /// `options`: object_store configuration for a URL, over the `AWS_*`
     /// environment).

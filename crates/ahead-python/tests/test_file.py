@@ -228,6 +228,14 @@ def test_a_file_opened_again_reads_what_it_left_until_it_changes(tmp_path):
     with eng.open(str(p)) as f:
         assert f.read() == expected(0, 4 << 20)
         assert f.stats()["device_reads"] == 0
+    # Dropped on request: the next open reads the device.
+    assert eng.evict(p) > 0
+    assert eng.evict(p) == 0
+    with eng.open(str(p)) as f:
+        assert f.read() == expected(0, 4 << 20)
+        assert f.stats()["device_reads"] > 0
+    with pytest.raises(FileNotFoundError):
+        eng.evict(tmp_path / "missing")
     p.write_bytes(expected(5, 4 << 20))
     with eng.open(str(p)) as f:
         assert f.read() == expected(5, 4 << 20)

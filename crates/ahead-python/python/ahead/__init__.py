@@ -100,6 +100,13 @@ class Engine:
         """The engine's counters, as a dict."""
         return self._native.stats()
 
+    def evict(self, path):
+        """Drops the pages this engine keeps of the closed local file
+        ``path`` (a file closed and opened again reads them while it is
+        unchanged), so that its next open reads the device; the number of
+        pages dropped."""
+        return self._native.evict(_os.fspath(path))
+
 
 _defaults = {}
 
