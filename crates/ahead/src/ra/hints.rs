@@ -85,7 +85,7 @@ pub fn config(max_bytes: u64, page: u64) -> RaConfig {
 /// helper keeps one per file, and the tests of the hints' bound count with
 /// it too.
 #[derive(Debug, Default)]
-pub struct Unread(std::collections::HashSet<u64>);
+pub struct Unread(super::pageset::PageSet);
 
 impl Unread {
     /// Whether no hinted page is waiting to be read.

@@ -75,6 +75,7 @@ pub mod legacy;
 pub mod ondemand;
 pub mod tune;
 pub use drive::{drive, Lookup, PageTable};
+mod pageset;
 mod sparse;
 #[cfg(test)]
 pub(crate) use sparse::SparseTable;

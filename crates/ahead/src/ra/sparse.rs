@@ -5,10 +5,7 @@
 
 use super::{CacheView, Lookup, PageTable, Window};
 
-/// A set of page indexes with the cache's cheap hasher (SipHash cost more
-/// than the read it bookkeeps).
-pub(crate) type PageSet =
-    std::collections::HashSet<u64, std::hash::BuildHasherDefault<crate::units::IndexHasher>>;
+pub(crate) use super::pageset::PageSet;
 
 /// Pages present and marked, by index, in a file of `pages` pages.
 pub(crate) struct SparseTable {
