@@ -136,7 +136,8 @@ pub struct Workload {
     /// Use only the first `span` bytes of the file (0: all of it).
     pub span: u64,
     /// Run the pattern once, untimed, before measuring (same engine, same
-    /// cache): for cached-read workloads.
+    /// cache), after reading the span through the kernel's cache: for
+    /// cached-read workloads.
     pub warm: bool,
     /// Bytes to read with O_DIRECT (leaving every cache as it is) just
     /// before the clock starts: on a throttled device this spends the burst
