@@ -6,7 +6,9 @@
 //! did, which is what a user on a real NVMe drive gets every time. Runs
 //! alternate (kernel, ahead, kernel, ahead, …) so both sides see the same
 //! host. CPU is the whole process's user + system time over the run
-//! (getrusage): every thread of the engine counts.
+//! (getrusage): every thread of the engine counts. Beside it, the CPU
+//! cycles of the same span (`workload::cycles`: what the CPU executed,
+//! not what the host charged), each side by its fewest.
 //!
 //! ahead runs twice in each round: with a fresh engine, whose run also
 //! pays the first touch of the cache's memory, and with one engine kept
@@ -88,25 +90,41 @@ impl FastRow {
         })
     }
 
+    /// The fewest CPU cycles (in billions) of the kernel's runs, of ahead's
+    /// with a fresh engine and of ahead's with the engine kept; 0 where the
+    /// CPU's counter was not available.
+    pub fn least_gcycles(&self) -> [f64; 3] {
+        [&self.kernel, &self.ahead, &self.kept]
+            .map(|r| best(r, |m| m.cycles.map(|c| c as f64 / 1e9), false))
+    }
+
     /// The row as JSON.
     pub fn json(&self) -> serde_json::Value {
         let [(k_mb, k_cpu), (a_mb, a_cpu), (e_mb, e_cpu)] = self.bests();
+        let [k_cy, a_cy, e_cy] = self.least_gcycles();
         let runs = |r: &[Measurement]| -> Vec<serde_json::Value> {
             r.iter()
-                .map(|m| serde_json::json!({"mb_s": m.mb_s(), "cpu_s": m.cpu_s}))
+                .map(
+                    |m| serde_json::json!({"mb_s": m.mb_s(), "cpu_s": m.cpu_s, "cycles": m.cycles}),
+                )
                 .collect()
         };
         serde_json::json!({
             "pattern": "seq",
             "bs": self.bs,
             "device": "as it is (not capped)",
-            "kernel": {"best_mb_s": k_mb, "best_cpu_s": k_cpu, "runs": runs(&self.kernel)},
-            "ahead": {"best_mb_s": a_mb, "best_cpu_s": a_cpu, "runs": runs(&self.ahead)},
+            "kernel": {"best_mb_s": k_mb, "best_cpu_s": k_cpu, "least_gcycles": k_cy,
+                       "runs": runs(&self.kernel)},
+            "ahead": {"best_mb_s": a_mb, "best_cpu_s": a_cpu, "least_gcycles": a_cy,
+                      "runs": runs(&self.ahead)},
             "throughput_ratio": ratio(a_mb, k_mb),
             "cpu_ratio": ratio(a_cpu, k_cpu),
-            "ahead_kept": {"best_mb_s": e_mb, "best_cpu_s": e_cpu, "runs": runs(&self.kept)},
+            "cycles_ratio": ratio(a_cy, k_cy),
+            "ahead_kept": {"best_mb_s": e_mb, "best_cpu_s": e_cpu, "least_gcycles": e_cy,
+                           "runs": runs(&self.kept)},
             "kept_throughput_ratio": ratio(e_mb, k_mb),
             "kept_cpu_ratio": ratio(e_cpu, k_cpu),
+            "kept_cycles_ratio": ratio(e_cy, k_cy),
         })
     }
 }
@@ -175,12 +193,14 @@ pub fn measure(
                     _ => "",
                 };
                 progress(format!(
-                    "seq {} run {}: {:<19} {:>8.1} MB/s, CPU {}{huge}",
+                    "seq {} run {}: {:<19} {:>8.1} MB/s, CPU {}, {} cycles{huge}",
                     format_size(bs),
                     rep + 1,
                     name,
                     m.mb_s(),
                     m.cpu_s.map_or("?".into(), |c| format!("{c:.3} s")),
+                    m.cycles
+                        .map_or("?".into(), |c| format!("{:.3} G", c as f64 / 1e9)),
                 ));
                 [&mut row.kernel, &mut row.ahead, &mut row.kept][side].push(m);
             }
@@ -203,11 +223,13 @@ pub fn table(rows: &[FastRow]) -> String {
         "kernel CPU s",
         "ahead CPU s",
         "CPU ratio",
+        "cycles ratio",
     ]);
     let x = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
     for r in rows {
         let [(k_mb, k_cpu), fresh, kept] = r.bests();
-        for (name, (a_mb, a_cpu)) in [("fresh", fresh), ("kept", kept)] {
+        let [k_cy, fresh_cy, kept_cy] = r.least_gcycles();
+        for (name, (a_mb, a_cpu), a_cy) in [("fresh", fresh, fresh_cy), ("kept", kept, kept_cy)] {
             t.row(vec![
                 "seq, cold".into(),
                 format_size(r.bs),
@@ -218,6 +240,7 @@ pub fn table(rows: &[FastRow]) -> String {
                 format!("{k_cpu:.3}"),
                 format!("{a_cpu:.3}"),
                 x(ratio(a_cpu, k_cpu)),
+                x(ratio(a_cy, k_cy)),
             ]);
         }
     }

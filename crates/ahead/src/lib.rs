@@ -149,6 +149,7 @@ mod error;
 pub mod features;
 mod file;
 pub mod io;
+pub mod perf;
 pub mod ra;
 #[cfg(feature = "remote")]
 pub mod remote;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use ahead::io::{AlignedBuf, Backend, IoBuf, ReadOp};
 use ahead::{Engine as AheadEngine, EngineConfig};
 
+mod cycles;
 mod object;
 mod prepare;
 use object::run_url;
@@ -175,6 +176,10 @@ pub struct Measurement {
     /// every thread the engine uses (workers, the reaper, the hint thread)
     /// counts. `None` where getrusage fails.
     pub cpu_s: Option<f64>,
+    /// CPU cycles of the whole process, user and kernel, where the CPU
+    /// counts them (counted per thread with `perf_event_open`; see
+    /// docs/bench.md). Only `bench fast` reads them.
+    pub cycles: Option<u64>,
     /// Median request latency in µs, when timed.
     pub p50_us: Option<f64>,
     /// 99th percentile request latency in µs, when timed.
@@ -413,6 +418,7 @@ where
         })
     };
     let (seconds, cpu_s) = start.finish();
+    let cycles = start.cycles();
     let mut bytes = 0;
     let mut lat = Vec::new();
     for r in results {
@@ -420,7 +426,10 @@ where
         bytes += b;
         lat.extend(l);
     }
-    Ok(timed(bytes, seconds, cpu_s, &mut lat))
+    Ok(Measurement {
+        cycles,
+        ..timed(bytes, seconds, cpu_s, &mut lat)
+    })
 }
 
 /// Wall time and the process's CPU time (getrusage, all threads) from a
@@ -428,6 +437,7 @@ where
 struct Clock {
     wall: Instant,
     cpu: Option<f64>,
+    cycles: Option<cycles::Cycles>,
 }
 
 /// The process's user + system CPU seconds so far.
@@ -445,6 +455,7 @@ pub fn process_cpu_s() -> Option<f64> {
 impl Clock {
     fn start() -> Clock {
         Clock {
+            cycles: cycles::Cycles::start(),
             cpu: process_cpu_s(),
             wall: Instant::now(),
         }
@@ -457,6 +468,11 @@ impl Clock {
             _ => None,
         };
         (wall, cpu)
+    }
+    /// The process's CPU cycles since the start, read now (see
+    /// [`cycles`]: call it once the run's threads have ended).
+    fn cycles(&self) -> Option<u64> {
+        self.cycles.as_ref()?.read()
     }
 }
 
@@ -588,7 +604,10 @@ fn ahead_at_depth(
         }
     }
     let (seconds, cpu_s) = start.finish();
-    Ok(timed(bytes, seconds, cpu_s, &mut lat))
+    Ok(Measurement {
+        cycles: start.cycles(),
+        ..timed(bytes, seconds, cpu_s, &mut lat)
+    })
 }
 
 /// Reads `offs` (each `bs` bytes) with O_DIRECT through io_uring, `depth`
@@ -648,6 +667,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> crate::Resu
         pending -= 1;
     }
     let (seconds, cpu_s) = start.finish();
+    let cycles = start.cycles();
     if let Some(e) = error {
         return Err(format!("read {}: {e}", path.display()).into());
     }
@@ -655,6 +675,7 @@ fn device_limit(path: &Path, bs: u64, offs: &[u64], depth: usize) -> crate::Resu
         bytes,
         seconds,
         cpu_s,
+        cycles,
         direct: true,
         ..Measurement::default()
     })

@@ -16,9 +16,10 @@
 //! another. Only threads that map a file are followed: a thread that
 //! touches a mapping another thread made is not.
 
+use ahead::perf;
 use std::cell::Cell;
 use std::fmt::Write as _;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -29,44 +30,15 @@ use std::sync::Mutex;
 /// CPU in rings, for all its events together.
 const RING_PAGES: [usize; 2] = [64, 8];
 
-/// `struct perf_event_attr` up to `sample_max_stack`
-/// (`PERF_ATTR_SIZE_VER5`, Linux 4.8), which every later kernel takes.
-#[repr(C)]
-#[derive(Default)]
-struct Attr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved: u16,
-}
-
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_SW_PAGE_FAULTS: u64 = 2;
 const SAMPLE_TID: u64 = 1 << 1;
 const SAMPLE_TIME: u64 = 1 << 2;
 const SAMPLE_ADDR: u64 = 1 << 3;
 /// `exclude_kernel`, `exclude_hv`, `use_clockid`. Not `inherit`: the
 /// kernel refuses to map the ring of an inherited event of one task on
 /// every CPU (EINVAL).
-const FLAGS: u64 = (1 << 5) | (1 << 6) | (1 << 25);
+const FLAGS: u64 = perf::FLAG_EXCLUDE_KERNEL | perf::FLAG_EXCLUDE_HV | perf::FLAG_USE_CLOCKID;
 const RECORD_LOST: u32 = 2;
 const RECORD_SAMPLE: u32 = 9;
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// Where `data_head` and `data_tail` sit in the ring's first page.
 const DATA_HEAD: usize = 1024;
 const DATA_TAIL: usize = 1032;
@@ -132,36 +104,14 @@ pub(crate) fn watch_this_thread() {
 }
 
 fn open_ring() -> Result<(), String> {
-    let attr = Attr {
-        kind: PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<Attr>() as u32,
-        config: PERF_COUNT_SW_PAGE_FAULTS,
+    let attr = perf::Attr {
         sample_period: 1,
         sample_type: SAMPLE_TID | SAMPLE_TIME | SAMPLE_ADDR,
         flags: FLAGS,
         clockid: libc::CLOCK_MONOTONIC,
-        ..Attr::default()
+        ..perf::Attr::new(perf::TYPE_SOFTWARE, perf::COUNT_SW_PAGE_FAULTS)
     };
-    // SAFETY: a valid attribute structure of the size it says; this
-    // thread (pid 0), any CPU, no group.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const Attr,
-            0,
-            -1,
-            -1,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(format!(
-            "perf_event_open: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    // SAFETY: a descriptor perf_event_open just returned, ours alone.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let fd = perf::open(&attr, 0).map_err(|e| format!("perf_event_open: {e}"))?;
     let page = rustix::param::page_size();
     let mut mapped = None;
     for pages in RING_PAGES {
@@ -381,12 +331,6 @@ impl super::State {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_attribute_is_the_size_kernels_take() {
-        // PERF_ATTR_SIZE_VER5.
-        assert_eq!(std::mem::size_of::<Attr>(), 112);
-    }
 
     #[test]
     fn faults_are_placed_in_the_mapping_that_held_them() {
