@@ -621,17 +621,65 @@ fn a_backward_scan_of_rows_read_forward_is_hinted() {
          print(c)\n",
         file = s(&file)
     );
-    let plain = out(Command::new(&python).args(["-c", &script]));
-    assert!(plain.status.success(), "{}", stderr(&plain));
-    let f = std::fs::File::open(&file).unwrap();
-    f.sync_all().unwrap();
-    ahead::residency::evict(&f, 0, 0).unwrap();
-    let stats = dir.path().join("stats.json");
-    let (o, lines) = run_with_stats(&stats, &[s(&python), "-c", &script]);
-    assert_eq!(o.stdout, plain.stdout, "the program's output differs");
-    let st = stats_of(&lines, &file);
+    let st = python_cold_under_stats(&python, dir.path(), &file, &script);
     assert!(st["hints"].as_u64().unwrap() > 0, "{st}");
     assert!(st["accuracy"].as_f64().unwrap() >= 0.5, "{st}");
+}
+
+/// Runs the Python `script` plainly, then under `ahead run --stats` with
+/// `file` evicted first: the same output, and `file`'s line of the stats.
+fn python_cold_under_stats(
+    python: &Path,
+    dir: &Path,
+    file: &Path,
+    script: &str,
+) -> serde_json::Value {
+    let plain = out(Command::new(python).args(["-c", script]));
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let f = std::fs::File::open(file).unwrap();
+    f.sync_all().unwrap();
+    ahead::residency::evict(&f, 0, 0).unwrap();
+    let stats = dir.join("stats.json");
+    let (o, lines) = run_with_stats(&stats, &[s(python), "-c", script]);
+    assert_eq!(o.stdout, plain.stdout, "the program's output differs");
+    stats_of(&lines, file).clone()
+}
+
+/// A forward sweep whose reads step back over a few pages (sqlite3's
+/// `WITHOUT ROWID` leaves, each followed by its rows' overflow pages just
+/// before it, and an interior page far away now and then) is the kernel's
+/// to read ahead: after its first reads, the preload sends the helper
+/// none of it, where it sent every read before (seed 67 of the
+/// generator). The program's bytes are the same.
+#[test]
+fn a_forward_sweep_stepping_back_is_left_to_the_kernel() {
+    let Some(python) = need(&["python3"], "python3") else {
+        return;
+    };
+    let dir = scratch();
+    let file = dir.path().join("sweep.bin");
+    let leaves = 3000u64;
+    let mut data = vec![0u8; ((leaves * 4 + 200) * 4096) as usize];
+    ahead::testdata::fill(&mut data, 0);
+    std::fs::write(&file, &data).unwrap();
+    let script = format!(
+        "import os, zlib\n\
+         fd = os.open({file:?}, os.O_RDONLY)\n\
+         c = 0\n\
+         for i in range({leaves}):\n\
+         \x20   leaf = 3 + 4 * i\n\
+         \x20   for p in (leaf, leaf - 3, leaf - 2, leaf - 1):\n\
+         \x20       c = zlib.crc32(os.pread(fd, 4096, p * 4096), c)\n\
+         \x20   if i % 18 == 17:\n\
+         \x20       c = zlib.crc32(os.pread(fd, 4096, ({leaves} * 4 + i % 200) * 4096), c)\n\
+         print(c)\n",
+        file = s(&file)
+    );
+    let st = python_cold_under_stats(&python, dir.path(), &file, &script);
+    let reads = leaves * 4 + leaves / 18;
+    let sent = st["requests"].as_u64().unwrap();
+    // Each far read, the one after it, and the first reads of the sweep.
+    assert!(sent * 10 < reads, "{sent} of {reads} reads sent: {st}");
 }
 
 /// Files readahead cannot help send the helper nothing beyond their first

@@ -80,6 +80,9 @@ pub(crate) struct Slot {
     /// Readahead mode: reads that did not (up to 2: the file is not read
     /// only forward).
     pub(crate) jumps: AtomicU8,
+    /// Readahead mode: the descriptor's forward sweep
+    /// ([`ahead::ra::hints::preload::Sweep`]).
+    pub(crate) sweep: quiet::SweepSlot,
     /// Readahead mode with `--stats`: a read of the file was sent to the
     /// helper (the first always is, so that every file has its line).
     pub(crate) noted: AtomicU8,
@@ -107,6 +110,7 @@ impl Slot {
             reads: AtomicU32::new(0),
             run: AtomicU32::new(0),
             jumps: AtomicU8::new(0),
+            sweep: quiet::SweepSlot::new(),
             noted: AtomicU8::new(0),
             held: AtomicU8::new(quiet::NONE_HELD),
             held_at: AtomicU64::new(0),
@@ -135,6 +139,7 @@ pub(crate) fn reset(fd: c_int) {
         s.reads.store(0, Ordering::Relaxed);
         s.run.store(0, Ordering::Relaxed);
         s.jumps.store(0, Ordering::Relaxed);
+        s.sweep.forget();
         s.noted.store(0, Ordering::Relaxed);
         s.held.store(quiet::NONE_HELD, Ordering::Relaxed);
         s.no_dontcache.store(0, Ordering::Relaxed);

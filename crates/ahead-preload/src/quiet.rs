@@ -21,6 +21,13 @@
 //!   must see their pages taken, or it judges its backward windows unread
 //!   and holds the stream.
 //!
+//! * **Sweeps.** A run of [`ahead::ra::hints::preload::SWEEP_RUN`] reads
+//!   that each begin within a few pages of the furthest byte read, and
+//!   read most of what they pass, is a forward sweep whose reads step
+//!   back and forth (a `WITHOUT ROWID` table's leaves and their overflow
+//!   pages): the kernel's readahead follows it, and its reads are not
+//!   sent ([`Sweep`]).
+//!
 //! * **One read.** The first read of a file that does need the helper is
 //!   held in the file's slot, not sent: a file read once (a lookup at the
 //!   end of a certificate bundle, a database's header) has no stream to
@@ -34,7 +41,9 @@
 //! helper, so that every file read has its line.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use ahead::ra::hints::preload::Sweep;
 
 use crate::Slot;
 
@@ -102,6 +111,7 @@ pub(crate) fn pass_early(slot: &Slot) -> bool {
 /// cached file found missing pages becomes an ordinary one.
 pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bool {
     let end = offset.saturating_add(len);
+    let sweeps = slot.sweep.read(offset, len);
     let follows = if slot.next.swap(end, Ordering::Relaxed) == offset {
         let run = slot.run.fetch_add(1, Ordering::Relaxed);
         run >= FORWARD_RUN || slot.jumps.load(Ordering::Relaxed) < 2
@@ -122,14 +132,63 @@ pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bo
         if !still {
             slot.quiet.store(ACTIVE, Ordering::Relaxed);
         }
-        still || follows
+        still || follows || sweeps
     } else {
-        follows
+        follows || sweeps
     };
     if pass {
         PASSED.fetch_add(1, Ordering::Relaxed);
     }
     pass
+}
+
+/// A descriptor's [`Sweep`], kept in atomics as the rest of its slot is
+/// (no lock: a fork while one was held would leave it held in the child).
+/// Two threads reading one descriptor at once may each see the other's
+/// half-written sweep; the worst that does is send a read the sweep would
+/// have passed, or pass one it would have sent, which the helper then
+/// learns of at the next read that goes to it.
+pub(crate) struct SweepSlot {
+    start: AtomicU64,
+    front: AtomicU64,
+    bytes: AtomicU64,
+    reads: AtomicU32,
+    away: AtomicBool,
+}
+
+impl SweepSlot {
+    pub(crate) const fn new() -> SweepSlot {
+        SweepSlot {
+            start: AtomicU64::new(0),
+            front: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            reads: AtomicU32::new(0),
+            away: AtomicBool::new(false),
+        }
+    }
+
+    /// The descriptor means another file: no sweep yet.
+    pub(crate) fn forget(&self) {
+        self.reads.store(0, Ordering::Relaxed);
+    }
+
+    /// [`Sweep::read`] on this descriptor's sweep.
+    fn read(&self, offset: u64, len: u64) -> bool {
+        let mut s = Sweep {
+            start: self.start.load(Ordering::Relaxed),
+            front: self.front.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            reads: self.reads.load(Ordering::Relaxed),
+            away: self.away.load(Ordering::Relaxed),
+        };
+        let pass = s.read(offset, len);
+        self.start.store(s.start, Ordering::Relaxed);
+        self.front.store(s.front, Ordering::Relaxed);
+        self.bytes.store(s.bytes, Ordering::Relaxed);
+        self.reads.store(s.reads, Ordering::Relaxed);
+        self.away.store(s.away, Ordering::Relaxed);
+        pass
+    }
 }
 
 /// [`Slot::held`]: no read held yet.

@@ -10,8 +10,9 @@
 //! * **The core** (crates/ahead-preload, `quiet.rs`) passes over every
 //!   read of a file of at most [`SMALL_FILE`] bytes, and reads that
 //!   continue the last one except the first [`FORWARD_RUN`] of a run in a
-//!   file read otherwise at least twice; it holds the first read it would
-//!   send, and sends it with the second.
+//!   file read otherwise at least twice, and reads of a dense forward
+//!   sweep ([`Sweep`]); it holds the first read it would send, and sends
+//!   it with the second.
 //! * **The helper** (`helper/mod.rs`) gives each read it gets to a
 //!   [`Hinter`], flagged sequential where it began at the end of the one
 //!   before, and hints what comes back (`POSIX_FADV_WILLNEED`: readahead
@@ -22,7 +23,7 @@
 //! several descriptors of one file, and the fork of a process. The numbers
 //! are the preload's own ([`ahead::ra::hints::preload`]).
 
-use ahead::ra::hints::preload::{FORWARD_RUN, MAX_WINDOW, SHIM_HOLD, SMALL_FILE};
+use ahead::ra::hints::preload::{Sweep, FORWARD_RUN, MAX_WINDOW, SHIM_HOLD, SMALL_FILE};
 use ahead::ra::hints::{self, Hinter};
 use ahead::ra::{new_policy, PolicyKind};
 
@@ -54,6 +55,7 @@ struct Core {
     next: u64,
     run: u32,
     jumps: u8,
+    sweep: Sweep,
     /// The first read it would have sent, held; `Some(None)` once sent.
     held: Option<Option<Read>>,
 }
@@ -125,6 +127,7 @@ impl Preload {
         let c = &mut self.core;
         let follows = c.next == offset;
         c.next = end;
+        let sweeps = c.sweep.read(offset, len);
         let pass = if follows {
             let run = c.run;
             c.run += 1;
@@ -134,7 +137,7 @@ impl Preload {
             c.jumps = (c.jumps + 1).min(2);
             false
         };
-        if pass {
+        if pass || sweeps {
             return;
         }
         match c.held {
