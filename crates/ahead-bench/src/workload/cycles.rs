@@ -26,18 +26,21 @@ impl Cycles {
     /// Starts counting every thread of the process; `None` if the kernel
     /// gives no counter for one of them.
     pub(super) fn start() -> Option<Cycles> {
+        let tids = std::fs::read_dir("/proc/self/task")
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok());
+        Cycles::start_on(tids)
+    }
+
+    /// Starts counting the threads `tids` of this process, and the threads
+    /// they start from now on.
+    fn start_on(tids: impl Iterator<Item = libc::pid_t>) -> Option<Cycles> {
         let attr = perf::Attr {
             flags: perf::FLAG_INHERIT | perf::FLAG_EXCLUDE_HV,
             ..perf::Attr::new(perf::TYPE_HARDWARE, perf::COUNT_HW_CPU_CYCLES)
         };
         let mut fds = Vec::new();
-        for entry in std::fs::read_dir("/proc/self/task").ok()? {
-            let Some(tid) = entry
-                .ok()
-                .and_then(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-            else {
-                continue;
-            };
+        for tid in tids {
             match perf::open(&attr, tid) {
                 Ok(fd) => fds.push(fd),
                 // A thread that has exited since the listing has nothing
@@ -67,18 +70,25 @@ impl Cycles {
 mod tests {
     use super::Cycles;
 
-    /// Work on another thread, started after the counters, is counted once
+    /// This thread alone (the test harness runs other tests on other
+    /// threads of the process, which `Cycles::start` would count too).
+    fn this_thread() -> Option<Cycles> {
+        // SAFETY: gettid has no preconditions.
+        Cycles::start_on(std::iter::once(unsafe { libc::gettid() }))
+    }
+
+    /// Work on another thread, started after the counter, is counted once
     /// that thread has ended: a spin of 50 ms there counts more than the
     /// idle wait of the same length here.
     #[test]
     fn a_thread_started_during_the_count_is_counted() {
-        let Some(idle) = Cycles::start() else {
+        let Some(idle) = this_thread() else {
             eprintln!("SKIP: no CPU cycle counter here (perf_event_open refused)");
             return;
         };
         std::thread::sleep(std::time::Duration::from_millis(50));
         let idle = idle.read().unwrap();
-        let busy = Cycles::start().unwrap();
+        let busy = this_thread().unwrap();
         std::thread::spawn(|| {
             let t = std::time::Instant::now();
             let mut x = 0u64;
