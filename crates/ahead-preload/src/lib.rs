@@ -83,6 +83,11 @@ pub(crate) struct Slot {
     /// Readahead mode: the descriptor's forward sweep
     /// ([`ahead::ra::hints::preload::Sweep`]).
     pub(crate) sweep: quiet::SweepSlot,
+    /// Readahead mode: reads in a row the helper found nothing to hint for
+    /// (written by the helper; [`ahead::ra::hints::preload::MUTE_AFTER`]).
+    pub(crate) idle: AtomicU32,
+    /// Readahead mode: reads counted while muted ([`quiet::pass`]).
+    pub(crate) muted: AtomicU32,
     /// Readahead mode with `--stats`: a read of the file was sent to the
     /// helper (the first always is, so that every file has its line).
     pub(crate) noted: AtomicU8,
@@ -111,6 +116,8 @@ impl Slot {
             run: AtomicU32::new(0),
             jumps: AtomicU8::new(0),
             sweep: quiet::SweepSlot::new(),
+            idle: AtomicU32::new(0),
+            muted: AtomicU32::new(0),
             noted: AtomicU8::new(0),
             held: AtomicU8::new(quiet::NONE_HELD),
             held_at: AtomicU64::new(0),
@@ -140,6 +147,8 @@ pub(crate) fn reset(fd: c_int) {
         s.run.store(0, Ordering::Relaxed);
         s.jumps.store(0, Ordering::Relaxed);
         s.sweep.forget();
+        s.idle.store(0, Ordering::Relaxed);
+        s.muted.store(0, Ordering::Relaxed);
         s.noted.store(0, Ordering::Relaxed);
         s.held.store(quiet::NONE_HELD, Ordering::Relaxed);
         s.no_dontcache.store(0, Ordering::Relaxed);

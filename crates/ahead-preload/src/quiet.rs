@@ -28,6 +28,10 @@
 //!   pages): the kernel's readahead follows it, and its reads are not
 //!   sent ([`Sweep`]).
 //!
+//! * **Muted files.** A file whose last 512 reads sent gave the helper
+//!   nothing to hint for sends it only 64 reads of every 512 until one
+//!   does (random reads, which the kernel's readahead leaves alone too).
+//!
 //! * **One read.** The first read of a file that does need the helper is
 //!   held in the file's slot, not sent: a file read once (a lookup at the
 //!   end of a certificate bundle, a database's header) has no stream to
@@ -136,10 +140,35 @@ pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bo
     } else {
         follows || sweeps
     };
+    let pass = pass || muted(slot);
     if pass {
         PASSED.fetch_add(1, Ordering::Relaxed);
     }
     pass
+}
+
+/// The helper's verdict on a read it was sent: whether the policy was at
+/// work (it hinted, or the read took hinted pages). Only reads that were
+/// neither count toward muting the file.
+pub(crate) fn helper_saw(slot: &Slot, working: bool) {
+    let idle = if working {
+        0
+    } else {
+        slot.idle.load(Ordering::Relaxed).saturating_add(1)
+    };
+    slot.idle.store(idle, Ordering::Relaxed);
+}
+
+/// Whether a read the rules above would send is passed over because the
+/// helper has found nothing to hint for in the file's last
+/// [`ahead::ra::hints::preload::MUTE_AFTER`] reads (it sees one short run
+/// of reads in each cycle, and its next hint ends this).
+fn muted(slot: &Slot) -> bool {
+    let idle = slot.idle.load(Ordering::Relaxed);
+    if idle < ahead::ra::hints::preload::MUTE_AFTER {
+        return false;
+    }
+    ahead::ra::hints::preload::muted(idle, slot.muted.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A descriptor's [`Sweep`], kept in atomics as the rest of its slot is

@@ -639,9 +639,11 @@ impl State {
         }
         o.stats.requests += 1;
         o.stats.bytes += ev.len;
+        let mut used = 0;
         if ev.len > 0 && !o.hinted.is_empty() {
             let end = (ev.offset + ev.len).div_ceil(page);
-            o.stats.hinted_read += o.hinted.read(ev.offset / page, end).0;
+            used = o.hinted.read(ev.offset / page, end).0;
+            o.stats.hinted_read += used;
         }
         if mode() == Mode::Trace {
             let _ = writeln!(
@@ -670,6 +672,9 @@ impl State {
         o.last_end = end;
         runs.clear();
         let pages = h.request(ev.offset, ev.len, false, sequential, runs);
+        if let Some(slot) = crate::slot(ev.fd).filter(|_| still(ev.fd, ev.gen)) {
+            crate::quiet::helper_saw(slot, !runs.is_empty() || used > 0);
+        }
         if runs.is_empty() || !still(ev.fd, ev.gen) {
             return;
         }

@@ -11,8 +11,9 @@
 //!   read of a file of at most [`SMALL_FILE`] bytes, and reads that
 //!   continue the last one except the first [`FORWARD_RUN`] of a run in a
 //!   file read otherwise at least twice, and reads of a dense forward
-//!   sweep ([`Sweep`]); it holds the first read it would send, and sends
-//!   it with the second.
+//!   sweep ([`Sweep`]), and most reads of a file the helper has found
+//!   nothing to hint for lately ([`hints::preload::muted`]); it holds the
+//!   first read it would send, and sends it with the second.
 //! * **The helper** (`helper/mod.rs`) gives each read it gets to a
 //!   [`Hinter`], flagged sequential where it began at the end of the one
 //!   before, and hints what comes back (`POSIX_FADV_WILLNEED`: readahead
@@ -56,6 +57,10 @@ struct Core {
     run: u32,
     jumps: u8,
     sweep: Sweep,
+    /// Reads in a row the helper hinted nothing for, and reads counted
+    /// while muted ([`hints::preload::muted`]).
+    idle: u32,
+    muted: u32,
     /// The first read it would have sent, held; `Some(None)` once sent.
     held: Option<Option<Read>>,
 }
@@ -63,6 +68,9 @@ struct Core {
 /// The preload's view of one file read through one descriptor.
 pub(crate) struct Preload {
     size: u64,
+    page: u64,
+    /// Hinted pages not yet read.
+    unread: hints::Unread,
     shim: Shim,
     core: Core,
     /// Where the last read the helper got ended.
@@ -75,6 +83,8 @@ impl Preload {
     pub(crate) fn new(size: u64, page: u64) -> Preload {
         Preload {
             size,
+            page,
+            unread: hints::Unread::default(),
             shim: Shim::default(),
             core: Core::default(),
             helper_end: 0,
@@ -94,7 +104,24 @@ impl Preload {
         for (at, n) in sent.into_iter().flatten() {
             let sequential = self.helper_end == at;
             self.helper_end = at.saturating_add(n);
+            let used = if n > 0 {
+                let end = at.saturating_add(n).div_ceil(self.page);
+                self.unread.read(at / self.page, end).0
+            } else {
+                0
+            };
+            let before = out.len();
             self.hinter.request(at, n, false, sequential, out);
+            for &(off, len) in &out[before..] {
+                self.unread
+                    .hinted(off / self.page, (off + len) / self.page, usize::MAX);
+            }
+            let c = &mut self.core;
+            c.idle = if out.len() > before || used > 0 {
+                0
+            } else {
+                c.idle.saturating_add(1)
+            };
         }
     }
 
@@ -139,6 +166,12 @@ impl Preload {
         };
         if pass || sweeps {
             return;
+        }
+        if c.idle >= hints::preload::MUTE_AFTER {
+            c.muted = c.muted.wrapping_add(1);
+            if hints::preload::muted(c.idle, c.muted - 1) {
+                return;
+            }
         }
         match c.held {
             None => c.held = Some(Some((offset, len))),
@@ -204,5 +237,45 @@ mod tests {
         ];
         let pages = hinted(&mut p, reads.map(|at| (at, 4096)));
         assert!(pages.iter().all(|&n| n == 0), "{pages:?}");
+    }
+
+    #[test]
+    fn random_reads_that_hint_nothing_are_muted_and_a_scan_after_them_is_seen() {
+        let size = 1 << 30;
+        let mut p = Preload::new(size, PAGE);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let random: Vec<Read> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x % (size / PAGE)) * PAGE, PAGE)
+            })
+            .collect();
+        hinted(&mut p, random);
+        // After MUTE_AFTER reads that hinted nothing, most are not sent.
+        assert!(p.core.idle >= hints::preload::MUTE_AFTER, "{}", p.core.idle);
+        assert!(
+            p.core.muted > 2048,
+            "{} reads counted while muted",
+            p.core.muted
+        );
+        // A backward scan that starts now is seen within a cycle, hinted,
+        // and hinted to its end: its reads take hinted pages.
+        let back: Vec<Read> = (1..=4096).map(|i| (size / 2 - i * PAGE, PAGE)).collect();
+        let pages = hinted(&mut p, back);
+        let first = pages
+            .iter()
+            .position(|&n| n > 0)
+            .expect("the scan is hinted");
+        assert!(
+            first < hints::preload::MUTE_CYCLE as usize,
+            "first hint at read {first}"
+        );
+        assert!(
+            pages[3000..].iter().any(|&n| n > 0),
+            "the scan's end is hinted"
+        );
+        assert_eq!(p.core.idle, 0);
     }
 }
