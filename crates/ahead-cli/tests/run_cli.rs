@@ -606,11 +606,8 @@ fn a_backward_scan_of_rows_read_forward_is_hinted() {
         return;
     };
     let dir = scratch();
-    let file = dir.path().join("rows.bin");
     let rows = 2048u64;
-    let mut data = vec![0u8; (rows * 3 * 4096) as usize];
-    ahead::testdata::fill(&mut data, 0);
-    std::fs::write(&file, &data).unwrap();
+    let file = gen(dir.path(), "rows.bin", rows * 3 * 4096);
     let script = format!(
         "import os, zlib\n\
          fd = os.open({file:?}, os.O_RDONLY)\n\
@@ -657,11 +654,8 @@ fn a_forward_sweep_stepping_back_is_left_to_the_kernel() {
         return;
     };
     let dir = scratch();
-    let file = dir.path().join("sweep.bin");
     let leaves = 3000u64;
-    let mut data = vec![0u8; ((leaves * 4 + 200) * 4096) as usize];
-    ahead::testdata::fill(&mut data, 0);
-    std::fs::write(&file, &data).unwrap();
+    let file = gen(dir.path(), "sweep.bin", (leaves * 4 + 200) * 4096);
     let script = format!(
         "import os, zlib\n\
          fd = os.open({file:?}, os.O_RDONLY)\n\
@@ -692,11 +686,8 @@ fn random_reads_that_hint_nothing_are_mostly_not_sent() {
         return;
     };
     let dir = scratch();
-    let file = dir.path().join("random.bin");
     let pages = 16384u64;
-    let mut data = vec![0u8; (pages * 4096) as usize];
-    ahead::testdata::fill(&mut data, 0);
-    std::fs::write(&file, &data).unwrap();
+    let file = gen(dir.path(), "random.bin", pages * 4096);
     let reads = 6000u64;
     let script = format!(
         "import os, random, zlib\n\
