@@ -50,8 +50,8 @@ pub(super) fn prepare(path: &Path, w: &Workload) -> crate::Result<u64> {
     Ok(size)
 }
 
-/// Reads the first `bytes` of `path` through the kernel's cache in 1 MiB
-/// requests, so that a warm run starts with its span cached whatever ran
+/// Reads what is missing of the first `bytes` of `path` into the kernel's
+/// cache (`residency::warm`, as `ahead warm` does), so that a warm run starts with its span cached whatever ran
 /// before it. This machine's reclaimer evicts pages untouched for about 3
 /// s (docs/measuring.md), and in `bench --quick` the Direct engine's warm
 /// pass over the capped device takes longer than that: the Buffered run
@@ -62,17 +62,8 @@ pub(super) fn prepare(path: &Path, w: &Workload) -> crate::Result<u64> {
 fn cache(path: &Path, bytes: u64) -> crate::Result<()> {
     let fd = ahead::testdata::open_read(path, false)
         .map_err(|e| crate::Error::msg(format!("open {}: {e}", path.display())))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut at = 0;
-    while at < bytes {
-        let want = (bytes - at).min(buf.len() as u64) as usize;
-        let n = rustix::io::pread(&fd, &mut buf[..want], at)
-            .map_err(|e| crate::Error::msg(format!("read {}: {e}", path.display())))?;
-        if n == 0 {
-            break;
-        }
-        at += n as u64;
-    }
+    ahead::residency::warm(&fd, 0, bytes)
+        .map_err(|e| crate::Error::msg(format!("warm {}: {e}", path.display())))?;
     Ok(())
 }
 
