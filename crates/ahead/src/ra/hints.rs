@@ -296,7 +296,6 @@ impl Hinter {
         let end = offset.saturating_add(len);
         let first = offset / page;
         let count = end.div_ceil(page) - first;
-        self.policy.kernel_follows(sequential);
         if cached && !(first..first + count).any(|p| self.table.marked.contains(&p)) {
             if self.policy.outstanding() {
                 // What `drive` does for a request of cached, unmarked

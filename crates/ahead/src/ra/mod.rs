@@ -446,13 +446,6 @@ pub trait Policy: Send {
     /// that pages nobody hinted neither spend nor earn; the policy's own
     /// record keeps it as read.
     fn left_to_kernel(&mut self, _window: Window) {}
-    /// Whether the request about to be served continues the last one on
-    /// its descriptor byte for byte: a sequential read, which the kernel
-    /// under the hints follows by itself (`ahead run`, Buffered mode).
-    /// What such a request takes of a forward window the budget foresaw
-    /// while it waited for evidence is not evidence: it is what the kernel
-    /// would have read ([`budget`]'s `HINT_EVIDENCE_PAGES`).
-    fn kernel_follows(&mut self, _sequential: bool) {}
     /// Facts observed by the engine.
     fn feedback(&mut self, _event: Feedback) {}
     /// Whether speculative pages are out whose use the policy is counting

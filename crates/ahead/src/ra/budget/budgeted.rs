@@ -111,10 +111,6 @@ impl<P: Policy> Policy for Budgeted<P> {
         self.budget.refund(window);
         self.inner.left_to_kernel(window);
     }
-    fn kernel_follows(&mut self, sequential: bool) {
-        self.budget.kernel_follows(sequential);
-        self.inner.kernel_follows(sequential);
-    }
     fn feedback(&mut self, event: Feedback) {
         if let Feedback::EvictedUnused { index } = event {
             self.budget.forget(index);

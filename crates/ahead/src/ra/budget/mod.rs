@@ -48,9 +48,7 @@
 //! policy *foresaw* (decided, but the budget did not let it read) that the
 //! reader then read unaided (`HINT_EVIDENCE_PAGES`). So a pattern proves
 //! itself at the kernel's pace before ahead speculates on it, and a file
-//! whose reads only looked regular sends nothing. A forward window taken
-//! by a read that continues the last one byte for byte is no evidence: the
-//! kernel reads ahead of that reader itself ([`Budget::kernel_follows`]). Meanwhile the policy is
+//! whose reads only looked regular sends nothing. Meanwhile the policy is
 //! not told that its windows were refused, so that what is judged is its
 //! pattern and not the fallback it would take. Then the file's credit is
 //! one of the kernel's windows (`HINT_CREDIT_PAGES`), and `k` is the
@@ -191,13 +189,6 @@ pub struct Budget {
     charged_now: Vec<(u64, u64)>,
     /// Pages foreseen since the request now served began, likewise.
     foreseen_now: Vec<(u64, u64)>,
-    /// Of the pages foreseen and not yet requested, those of forward
-    /// windows: a request that continues the last one on its descriptor
-    /// (`sequential`) takes them as the kernel would have read them, not
-    /// as evidence ([`Budget::kernel_follows`]).
-    foreseen_forward: Ranges,
-    /// The request now served continues the last one byte for byte.
-    sequential: bool,
     /// Hints ([`RaConfig::hints`]): `c` is a start, not a margin
     /// ([`Budget::left`]).
     hints: bool,
@@ -229,8 +220,6 @@ impl Budget {
             taken_end: 0,
             charged_now: Vec::new(),
             foreseen_now: Vec::new(),
-            foreseen_forward: Ranges::default(),
-            sequential: false,
             hints: config.hints,
             // Hints: no reader takes a gap's pages, and `--stats` counts
             // them unread; only the pages requests take earn.
@@ -358,7 +347,26 @@ impl Budget {
     pub fn credit(&mut self, req: Request) {
         self.charged_now.clear();
         self.foreseen_now.clear();
-        self.credit_foreseen(req);
+        if let Some(f) = &mut self.foreseen_out {
+            if !f.is_empty() {
+                // As charged pages earn: a short gap read through between
+                // two pages the reader took counts with them (a window
+                // that reads a stride whole foresees its gaps too).
+                let taken = f.take_with_gap(req, self.gap_credit, self.foreseen_end);
+                if taken > 0 {
+                    self.foreseen_end = req.end();
+                }
+                self.foreseen_used += taken;
+            }
+            let (num, den) = WASTE_PER_USE;
+            let unread = self.foreseen - self.foreseen_used;
+            if self.foreseen_used >= HINT_EVIDENCE_PAGES && unread * den <= self.foreseen_used * num
+            {
+                // Shown: nothing more to gather.
+                self.shown = true;
+                self.foreseen_out = None;
+            }
+        }
         if !self.outstanding() {
             return;
         }
@@ -390,7 +398,6 @@ impl Budget {
         if let Some(f) = &mut self.foreseen_out {
             f.take(index, index + 1);
         }
-        self.foreseen_forward.take(index, index + 1);
     }
 
     /// Admits `window`, decided for `req`, where the kernel's `ondemand`
@@ -558,6 +565,53 @@ impl Budget {
             if super::hints::hinted_whole(run, period, self.read_through_gap))
     }
 
+    /// While the budget waits for evidence (hints): records the pages of
+    /// `window` the cut at `cut` left unread, as they would have been
+    /// charged (with the gaps of a stride read whole), so that a request
+    /// taking one counts, and a short gap below it as it would earn.
+    fn foresee(&mut self, window: &Window, cut: u64, req: Request, view: &dyn CacheView) {
+        let Some(mut f) = self.foreseen_out.take() else {
+            return;
+        };
+        let spec = Spec {
+            window,
+            whole: self.reads_whole(window),
+            req,
+        };
+        let (lo, hi) = if window.shape == Shape::Backward {
+            (window.start, cut + 1)
+        } else {
+            (cut, window.end())
+        };
+        // Consecutive pages go in as one range.
+        let mut run: Option<(u64, u64)> = None;
+        let mut p = lo;
+        while let Some((a, b)) = spec.run_up(
+            p,
+            hi,
+            &[&self.charged_out, &self.floor_out, &f],
+            view,
+            u64::MAX,
+        ) {
+            self.foreseen += b - a;
+            run = match run {
+                Some((s, e)) if e == a => Some((s, b)),
+                Some((s, e)) => {
+                    f.add_range(s, e);
+                    self.foreseen_now.push((s, e));
+                    Some((a, b))
+                }
+                None => Some((a, b)),
+            };
+            p = b;
+        }
+        if let Some((a, b)) = run {
+            f.add_range(a, b);
+            self.foreseen_now.push((a, b));
+        }
+        self.foreseen_out = Some(f);
+    }
+
     /// Gives back what the request now served charged or foresaw within
     /// `window`, which the engine did not read: the kernel under the hints
     /// reads it by itself ([`Policy::left_to_kernel`]). Its pages neither
@@ -626,7 +680,6 @@ fn reads_ahead(w: &Window, req: Request, view: &dyn CacheView) -> u64 {
 
 mod budgeted;
 pub use budgeted::Budgeted;
-mod evidence;
 mod ranges;
 use ranges::Ranges;
 mod walk;

@@ -484,47 +484,6 @@ fn hints_wait_for_the_reads_to_bear_the_policy_out() {
     assert!(b.holds());
 }
 
-/// A forward window foreseen for a reader that then continues byte for
-/// byte is what the kernel under the hints reads by itself: a sequential
-/// read that takes it shows nothing, and its pages go as if never
-/// foreseen. Taken by a request that does not continue the last one (one
-/// of several readers on a descriptor), the same window counts, and so do
-/// a backward window's pages whatever takes them. It fails without
-/// `kernel_follows`: the first budget is then granted its credit.
-#[test]
-fn a_sequential_read_of_a_forward_window_foreseen_is_not_evidence() {
-    let v = view(10_000);
-    let config = crate::ra::hints::config(DEFAULT_MAX_PAGES * 4096, 4096);
-    let foreseen_then_read = |sequential: bool, window: Window, at: Request| {
-        let mut b = Budget::new(&config);
-        b.kernel_follows(false);
-        b.credit(at);
-        assert_eq!(b.admit(Some(window), None, at, &v), None);
-        assert_eq!(b.foreseen(), window.size);
-        b.kernel_follows(sequential);
-        b.credit(Request::new(window.start, window.size));
-        b
-    };
-    let forward = Window::forward(164, 64, 0);
-    let b = foreseen_then_read(true, forward, Request::new(100, 64));
-    assert_eq!((b.foreseen(), b.foreseen_used()), (0, 0));
-    assert_eq!(b.credit_pages(), 0, "the kernel's pattern opened no credit");
-
-    let b = foreseen_then_read(false, forward, Request::new(100, 64));
-    assert_eq!((b.foreseen(), b.foreseen_used()), (64, 64));
-    assert_eq!(b.credit_pages(), HINT_CREDIT_PAGES);
-
-    let backward = Window {
-        start: 480,
-        size: 20,
-        async_size: 0,
-        shape: Shape::Backward,
-    };
-    let b = foreseen_then_read(true, backward, Request::new(500, 4));
-    assert_eq!((b.foreseen(), b.foreseen_used()), (20, 20));
-    assert_eq!(b.credit_pages(), HINT_CREDIT_PAGES);
-}
-
 /// A window that the engine leaves to the kernel (hints: a forward
 /// stream's, on a sequential read) is given back whole: neither spent nor,
 /// read, earned. Only what the request now served charged is given back.
