@@ -127,26 +127,23 @@ fn static_launcher(out: &Path) {
         let p = PathBuf::from(String::from_utf8(o.stdout).ok()?.trim());
         (p.is_absolute() && p.is_file()).then_some(p)
     };
-    let dir = out.join("static-launcher");
-    let probe = dir.join("probe");
-    let can = |libc: &Path| {
-        std::fs::create_dir_all(&dir).is_ok()
-            && std::fs::write(dir.join("probe.c"), "int main(void) { return 0; }\n").is_ok()
-            && Command::new(&linker)
-                .arg("-static-pie")
-                .arg(dir.join("probe.c"))
-                .arg("-o")
-                .arg(&probe)
-                .status()
-                .is_ok_and(|s| s.success())
-            && Command::new(&probe).status().is_ok_and(|s| s.success())
-            && libc.is_file()
-    };
     let (Some(libc), Some(unwind)) = (archive("libc.a"), archive("libgcc_eh.a")) else {
         println!("cargo:warning=no libc.a or libgcc_eh.a: `ahead` is linked dynamically");
         return;
     };
-    if !can(&libc) {
+    let dir = out.join("static-launcher");
+    let probe = dir.join("probe");
+    let static_pie = std::fs::create_dir_all(&dir).is_ok()
+        && std::fs::write(dir.join("probe.c"), "int main(void) { return 0; }\n").is_ok()
+        && Command::new(&linker)
+            .arg("-static-pie")
+            .arg(dir.join("probe.c"))
+            .arg("-o")
+            .arg(&probe)
+            .status()
+            .is_ok_and(|s| s.success())
+        && Command::new(&probe).status().is_ok_and(|s| s.success());
+    if !static_pie {
         println!("cargo:warning=no static PIE from {linker:?}: `ahead` is linked dynamically");
         return;
     }
