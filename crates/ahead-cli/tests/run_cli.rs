@@ -602,12 +602,10 @@ fn a_mapped_file_is_reported_in_the_stats() {
 /// was passed over, such a scan sent no hint at all.
 #[test]
 fn a_backward_scan_of_rows_read_forward_is_hinted() {
-    let Some(python) = need(&["python3"], "python3") else {
+    let rows = 2048u64;
+    let Some((python, dir, file)) = python_and_file("rows.bin", rows * 3 * 4096) else {
         return;
     };
-    let dir = scratch();
-    let rows = 2048u64;
-    let file = gen(dir.path(), "rows.bin", rows * 3 * 4096);
     let script = format!(
         "import os, zlib\n\
          fd = os.open({file:?}, os.O_RDONLY)\n\
@@ -621,6 +619,16 @@ fn a_backward_scan_of_rows_read_forward_is_hinted() {
     let st = python_cold_under_stats(&python, dir.path(), &file, &script);
     assert!(st["hints"].as_u64().unwrap() > 0, "{st}");
     assert!(st["accuracy"].as_f64().unwrap() >= 0.5, "{st}");
+}
+
+/// What the Python readers below need: python3 (`None`, said, where it
+/// is missing), a scratch directory, and a generated file `name` of
+/// `size` bytes in it.
+fn python_and_file(name: &str, size: u64) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
+    let python = need(&["python3"], "python3")?;
+    let dir = scratch();
+    let file = gen(dir.path(), name, size);
+    Some((python, dir, file))
 }
 
 /// Runs the Python `script` plainly, then under `ahead run --stats` with
@@ -650,12 +658,10 @@ fn python_cold_under_stats(
 /// generator). The program's bytes are the same.
 #[test]
 fn a_forward_sweep_stepping_back_is_left_to_the_kernel() {
-    let Some(python) = need(&["python3"], "python3") else {
+    let leaves = 3000u64;
+    let Some((python, dir, file)) = python_and_file("sweep.bin", (leaves * 4 + 200) * 4096) else {
         return;
     };
-    let dir = scratch();
-    let leaves = 3000u64;
-    let file = gen(dir.path(), "sweep.bin", (leaves * 4 + 200) * 4096);
     let script = format!(
         "import os, zlib\n\
          fd = os.open({file:?}, os.O_RDONLY)\n\
@@ -682,12 +688,10 @@ fn a_forward_sweep_stepping_back_is_left_to_the_kernel() {
 /// of CPU for 32 pages hinted, none read). The program's bytes are the same.
 #[test]
 fn random_reads_that_hint_nothing_are_mostly_not_sent() {
-    let Some(python) = need(&["python3"], "python3") else {
+    let pages = 16384u64;
+    let Some((python, dir, file)) = python_and_file("random.bin", pages * 4096) else {
         return;
     };
-    let dir = scratch();
-    let pages = 16384u64;
-    let file = gen(dir.path(), "random.bin", pages * 4096);
     let reads = 6000u64;
     let script = format!(
         "import os, random, zlib\n\
