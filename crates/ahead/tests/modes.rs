@@ -207,24 +207,42 @@ fn buffered_probes_a_cached_file_and_stops_probing_a_file_that_never_hits() {
         eprintln!("SKIP: no RWF_NOWAIT here: {:?}", ahead::features::nowait());
         return;
     }
-    // Cold: evict, then 1,000 random 16 KiB reads.
+    // Cold: evict, then 1,000 16 KiB reads at distinct random offsets (no
+    // read finds what an earlier one cached).
     let fd = std::fs::File::open(&p).unwrap();
     ahead::residency::evict(&fd, 0, 0).unwrap();
     let mut rng = fastrand::Rng::with_seed(1);
+    let mut slots: Vec<u64> = (0..size / 16384).collect();
+    rng.shuffle(&mut slots);
     let mut buf = vec![0u8; 16 << 10];
-    for _ in 0..1000 {
-        let off = rng.u64(0..size / 16384) * 16384;
+    for &slot in &slots[..1000] {
+        let off = slot * 16384;
         assert_eq!(f.read_at(&mut buf, off).unwrap(), buf.len());
         assert_eq!(testdata::first_mismatch(&buf, off), None);
     }
     let s = f.stats();
     assert_eq!(s.requests, 1000);
-    assert!(
-        s.nowait_probes <= 200,
-        "{} of 1000 cold reads probed (at most 20% asked)",
-        s.nowait_probes
-    );
     assert_eq!(s.backend_reads + s.nowait_hits, 1000, "{s:?}");
+    // Wasted probes are bounded by what the probes found. On a kernel whose
+    // RWF_NOWAIT miss returns EAGAIN having started nothing, a cold probe
+    // never hits and at most a fifth of the reads probe. Some kernels (seen
+    // on 6.18.44) start the read on the miss, and a fast device can finish
+    // it inside the call: such a probe hits, probing pays, and goes on. The
+    // rule (a smoothed ratio stopping below 10%, one read in 32 probing
+    // after) wastes at most about six probes per hit once the first 18
+    // misses have stopped it; nine per hit, plus 200, is the bound.
+    let misses = s.nowait_probes - s.nowait_hits;
+    if s.nowait_hits > 0 {
+        eprintln!(
+            "note: {} of 1000 cold RWF_NOWAIT probes hit here (the kernel starts the read on a miss)",
+            s.nowait_hits
+        );
+    }
+    assert!(
+        misses <= 200 + 9 * s.nowait_hits,
+        "{misses} of 1000 cold reads probed in vain, {} hit: {s:?}",
+        s.nowait_hits
+    );
     // Cached now (a fresh handle: its ratio starts optimistic): a small
     // region read twice, the second time served inline.
     let g = open(&e, &p, Mode::Buffered);
