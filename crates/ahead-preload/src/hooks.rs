@@ -5,6 +5,7 @@
 
 use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 
+use crate::bufs::{iovs, one, with_iov, Bufs};
 use crate::helper::{self, Kind};
 use crate::{may_act, mode, regular, reset, Mode};
 use crate::{quiet, uncached};
@@ -109,12 +110,27 @@ fn around_read(
         });
     }
     let ahead = m == Mode::Readahead;
+    // Readahead mode follows the position ([`crate::position`]); a trace
+    // asks the kernel at every read.
+    let at_pos = ahead && matches!(pos, Pos::Current);
     if ahead && quiet::pass_early(slot) {
+        // Not followed here: learned again when the file next needs it.
+        if at_pos {
+            crate::forget_position(slot);
+        }
         return call();
     }
+    let call = || {
+        let r = call();
+        if at_pos {
+            crate::moved_by(slot, r);
+        }
+        r
+    };
     let e = crate::errno();
     let offset = match pos {
         Pos::At(o) => Some(o as u64),
+        Pos::Current if ahead => crate::position(slot, fd),
         Pos::Current => helper::position(fd),
     };
     crate::set_errno(e);
@@ -169,8 +185,15 @@ fn around_write(
     flags: c_int,
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
-    if mode() != Mode::Uncached {
-        return call();
+    match mode() {
+        Mode::Uncached => {}
+        Mode::Readahead if matches!(pos, Pos::Current) => {
+            // The position moved by what was written (or to the end).
+            let r = call();
+            crate::position_is(fd, None);
+            return r;
+        }
+        _ => return call(),
     }
     let Some((slot, gen)) = acts_on(fd, pos) else {
         return call();
@@ -178,103 +201,6 @@ fn around_write(
     with_iov(bufs, call, |iov, call| {
         uncached::write(fd, slot, gen, pos, iov, flags, call)
     })
-}
-
-/// Runs `f` with the call's buffers as iovecs, or makes the call as it is
-/// where they cannot be had ([`Bufs::read_into`]).
-fn with_iov<C: FnOnce() -> ssize_t>(
-    bufs: Bufs,
-    call: C,
-    f: impl FnOnce(&[iovec], C) -> ssize_t,
-) -> ssize_t {
-    let mut store = [EMPTY_IOV; MAX_IOV];
-    match bufs.read_into(&mut store) {
-        Some(iov) => f(iov, call),
-        None => call(),
-    }
-}
-
-/// Most buffers of a vectored call the library acts on; a call with more
-/// is passed on untouched.
-const MAX_IOV: usize = 64;
-const EMPTY_IOV: iovec = iovec {
-    iov_base: std::ptr::null_mut(),
-    iov_len: 0,
-};
-
-/// A call's buffers, as the program passed them.
-#[derive(Clone, Copy)]
-pub(crate) enum Bufs {
-    One(*const c_void, size_t),
-    Many(*const iovec, c_int),
-}
-
-fn one(buf: *const c_void, n: size_t) -> Bufs {
-    Bufs::One(buf, n)
-}
-
-fn iovs(iov: *const iovec, cnt: c_int) -> Bufs {
-    Bufs::Many(iov, cnt)
-}
-
-impl Bufs {
-    /// The buffers as iovecs in `store`. A vector is copied out of the
-    /// program's memory with `process_vm_readv`, which fails where the
-    /// memory is not readable instead of faulting: the call is then passed
-    /// on, and the kernel answers EFAULT as it would have. None also for
-    /// more than [`MAX_IOV`] buffers.
-    fn read_into(self, store: &mut [iovec; MAX_IOV]) -> Option<&[iovec]> {
-        match self {
-            Bufs::One(p, n) => {
-                store[0] = iovec {
-                    iov_base: p as *mut c_void,
-                    iov_len: n,
-                };
-                Some(&store[..1])
-            }
-            Bufs::Many(p, cnt) => {
-                let n = usize::try_from(cnt).ok().filter(|&n| n <= MAX_IOV)?;
-                if n == 0 {
-                    return Some(&store[..0]);
-                }
-                let bytes = n * std::mem::size_of::<iovec>();
-                copy_from_program(p as *const c_void, store.as_mut_ptr() as *mut c_void, bytes)
-                    .then_some(&store[..n])
-            }
-        }
-    }
-}
-
-/// Copies `bytes` from the program's memory at `from` into `to`, without
-/// faulting on memory that is not readable (false then).
-pub(crate) fn copy_from_program(from: *const c_void, to: *mut c_void, bytes: usize) -> bool {
-    let local = iovec {
-        iov_base: to,
-        iov_len: bytes,
-    };
-    let remote = iovec {
-        iov_base: from as *mut c_void,
-        iov_len: bytes,
-    };
-    // SAFETY: `to` holds `bytes`; the kernel checks `from`.
-    let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    r == bytes as ssize_t
-}
-
-/// Copies `bytes` from `from` into the program's memory at `to`, without
-/// faulting on memory that is not writable (false then).
-pub(crate) fn copy_to_program(from: *const c_void, to: *mut c_void, bytes: usize) -> bool {
-    let local = iovec {
-        iov_base: from as *mut c_void,
-        iov_len: bytes,
-    };
-    let remote = iovec {
-        iov_base: to,
-        iov_len: bytes,
-    };
-    // SAFETY: `from` holds `bytes`; the kernel checks `to`.
-    let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    r == bytes as ssize_t
 }
 
 // ---- reads and writes ----
@@ -392,6 +318,17 @@ pub unsafe extern "C" fn copy_file_range(
         call!(copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
             fd_in, off_in, fd_out, off_out, len, flags)
     };
+    if mode() == Mode::Readahead {
+        let r = f();
+        // Without an offset, the call moves the descriptor's position.
+        if off_in.is_null() {
+            crate::position_is(fd_in, None);
+        }
+        if off_out.is_null() {
+            crate::position_is(fd_out, None);
+        }
+        return r;
+    }
     if mode() != Mode::Uncached || !may_act() || flags != 0 {
         return f();
     }
@@ -458,7 +395,28 @@ open_hook!(__openat_2(dir: c_int, path: *const c_char, flags: c_int));
 open_hook!(__openat64_2(dir: c_int, path: *const c_char, flags: c_int));
 open_hook!(creat(path: *const c_char, m: mode_t));
 open_hook!(creat64(path: *const c_char, m: mode_t));
-open_hook!(dup(fd: c_int));
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    duplicated(fd, call!(dup: fn(c_int) -> c_int; fd))
+}
+
+/// `lseek` and its 64-bit twin: the position it answers is the one the
+/// library follows from then on ([`crate::position`]).
+macro_rules! seek_hook {
+    ($name:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, off: $off, whence: c_int) -> $off {
+            let r = call!($name: fn(c_int, $off, c_int) -> $off; fd, off, whence);
+            if r >= 0 && mode() == Mode::Readahead && may_act() {
+                crate::position_is(fd, Some(r as u64));
+            }
+            r
+        }
+    };
+}
+seek_hook!(lseek, off_t);
+seek_hook!(lseek64, off64_t);
 
 /// `fopen` and its 64-bit twin: the real call, then the stream's
 /// descriptor noted as opened.
@@ -535,13 +493,27 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if old != new {
         closing(new);
     }
-    opened(call!(dup2: fn(c_int, c_int) -> c_int; old, new))
+    duplicated(old, call!(dup2: fn(c_int, c_int) -> c_int; old, new))
+}
+
+/// `new` is a duplicate of `old` (or the call failed: negative): its slot
+/// starts afresh, and the position the two now share, which either may
+/// move, is learned again at the next read of `old` (a check finds it if
+/// both are read: [`crate::POS_CHECK`]).
+fn duplicated(old: c_int, new: c_int) -> c_int {
+    if new >= 0 && new != old {
+        crate::position_is(old, None);
+    }
+    opened(new)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     closing(new);
-    opened(call!(dup3: fn(c_int, c_int, c_int) -> c_int; old, new, flags))
+    duplicated(
+        old,
+        call!(dup3: fn(c_int, c_int, c_int) -> c_int; old, new, flags),
+    )
 }
 
 // fcntl is variadic too; its one optional argument is an integer or a
@@ -550,7 +522,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let r = call!(fcntl: fn(c_int, c_int, usize) -> c_int; fd, cmd, arg);
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
-        opened(r)
+        duplicated(fd, r)
     } else {
         r
     }
@@ -560,7 +532,7 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let r = call!(fcntl64: fn(c_int, c_int, usize) -> c_int; fd, cmd, arg);
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
-        opened(r)
+        duplicated(fd, r)
     } else {
         r
     }

@@ -51,6 +51,8 @@ macro_rules! preload_interface {
                 dup3(c_int, c_int, c_int) -> c_int;
                 fcntl(c_int, c_int, usize) -> c_int;
                 fcntl64(c_int, c_int, usize) -> c_int;
+                lseek(c_int, off_t, c_int) -> off_t;
+                lseek64(c_int, off64_t, c_int) -> off64_t;
                 close(c_int) -> c_int;
                 close_range(c_uint, c_uint, c_int) -> c_int;
                 fopen(*const c_char, *const c_char) -> *mut FILE;
@@ -60,13 +62,8 @@ macro_rules! preload_interface {
                 mmap64(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
                 munmap(*mut c_void, size_t) -> c_int;
             }
-            // The shim only: it follows descriptors' positions until the
-            // core is loaded; then its calls find the C library's lseek
-            // through the core's handle.
-            shim {
-                lseek(c_int, off_t, c_int) -> off_t;
-                lseek64(c_int, off64_t, c_int) -> off64_t;
-            }
+            // The shim only.
+            shim {}
         );
     };
     (@pick core [$($m:tt)*] both { $($b:tt)* } shim { $($s:tt)* }) => {

@@ -93,16 +93,18 @@ impl State {
 
 /// The process's own line of `--stats`, after its files' (when stats are
 /// asked for): the reads the library passed over without an event
-/// (`quiet`), events dropped on a full queue, and the helper thread's CPU
-/// time.
+/// (`quiet`), the file positions asked of the kernel for reads at the
+/// position ([`crate::position`]), events dropped on a full queue, and the
+/// helper thread's CPU time.
 pub(super) fn process_line(config: &Config, dropped: u64, helper_cpu_ns: u64) {
     let Some(path) = &config.stats else { return };
     let m = mode_name();
     let line = format!(
-        "{{\"pid\":{},\"mode\":\"{}\",\"process\":true,\"reads_passed\":{},\"events_dropped\":{},\"helper_cpu_s\":{:.6}}}\n",
+        "{{\"pid\":{},\"mode\":\"{}\",\"process\":true,\"reads_passed\":{},\"positions_asked\":{},\"events_dropped\":{},\"helper_cpu_s\":{:.6}}}\n",
         std::process::id(),
         m,
         crate::quiet::PASSED.load(Ordering::Relaxed),
+        crate::POSITIONS_ASKED.load(Ordering::Relaxed),
         dropped,
         helper_cpu_ns as f64 / 1e9
     );

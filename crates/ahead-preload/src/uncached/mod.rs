@@ -273,7 +273,7 @@ pub(crate) fn copy_file_range(
             return Some(None);
         }
         let mut v: i64 = 0;
-        crate::hooks::copy_from_program(p as *const c_void, &mut v as *mut i64 as *mut c_void, 8)
+        crate::bufs::copy_from_program(p as *const c_void, &mut v as *mut i64 as *mut c_void, 8)
             .then_some(Some(v))
     };
     let (Some(mut pin), Some(mut pout)) = (read_off(off_in), read_off(off_out)) else {
@@ -352,7 +352,7 @@ pub(crate) fn copy_file_range(
     unsafe { libc::munmap(buf, BUF) };
     for (p, v) in [(off_in, pin), (off_out, pout)] {
         if let Some(v) = v {
-            crate::hooks::copy_to_program(&v as *const i64 as *const c_void, p as *mut c_void, 8);
+            crate::bufs::copy_to_program(&v as *const i64 as *const c_void, p as *mut c_void, 8);
         }
     }
     crate::set_errno(e);
