@@ -104,7 +104,8 @@ pub(crate) struct Slot {
     /// Uncached mode's read fallback: see [`uncached`].
     pub(crate) snap: uncached::SnapSlot,
     /// Readahead mode: the descriptor's file position as the library
-    /// follows it ([`position`]), or [`NO_POS`].
+    /// follows it ([`position`]), plus one; [`NO_POS`] where not known
+    /// (zero, so that the table's initial value stays all zeros: .bss).
     pub(crate) pos: AtomicU64,
     /// Readahead mode: reads at the file position since the descriptor
     /// was opened, for [`position`]'s checks.
@@ -143,7 +144,7 @@ impl Slot {
 }
 
 /// [`Slot::pos`]: not known.
-pub(crate) const NO_POS: u64 = u64::MAX;
+pub(crate) const NO_POS: u64 = 0;
 
 /// Reads at the file position between two checks of the followed position
 /// against the kernel's ([`position`]).
@@ -180,14 +181,14 @@ pub(crate) fn position(slot: &Slot, fd: c_int) -> Option<u64> {
         && slot.pos_wrong.load(Ordering::Relaxed) == 0
         && !n.is_multiple_of(POS_CHECK)
     {
-        return Some(followed);
+        return Some(followed - 1);
     }
     POSITIONS_ASKED.fetch_add(1, Ordering::Relaxed);
     let real = helper::position(fd)?;
-    if followed != NO_POS && followed != real {
+    if followed != NO_POS && followed - 1 != real {
         slot.pos_wrong.store(1, Ordering::Relaxed);
     }
-    slot.pos.store(real, Ordering::Relaxed);
+    slot.pos.store(real.saturating_add(1), Ordering::Relaxed);
     Some(real)
 }
 
@@ -213,7 +214,7 @@ pub(crate) fn forget_position(slot: &Slot) {
 /// (None: a write at it, a copy without offsets, a duplicate).
 pub(crate) fn position_is(fd: c_int, at: Option<u64>) {
     if let Some(s) = slot(fd) {
-        let at = at.unwrap_or(NO_POS);
+        let at = at.map_or(NO_POS, |a| a.saturating_add(1));
         if s.pos.load(Ordering::Relaxed) != at {
             s.pos.store(at, Ordering::Relaxed);
         }
