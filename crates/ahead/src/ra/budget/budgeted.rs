@@ -1,6 +1,8 @@
 //! [`Budgeted`]: a policy held to its file's [`Budget`].
 
 use super::Budget;
+use std::collections::VecDeque;
+
 use crate::ra::ondemand::OnDemand;
 use crate::ra::{CacheView, Feedback, Policy, RaConfig, Request, Trigger, Window};
 
@@ -15,7 +17,21 @@ pub struct Budgeted<P> {
     /// under them.
     kernel: Option<OnDemand>,
     budget: Budget,
+    /// The marker pages of the kernel's windows read so far, the latest
+    /// [`FLOOR_MARKS`] of them: the pages the kernel flags
+    /// `PG_readahead`. A hit on any of them is the kernel's to answer, as
+    /// in the kernel, and not only on its last window's marker (the one
+    /// its state remembers, [`OnDemand::marks`]).
+    floor_marks: VecDeque<u64>,
 }
+
+/// How many of the kernel's marker pages a [`Budgeted`] remembers: 1,024
+/// windows (8 KiB). Markers are forgotten oldest first, and a forgotten
+/// one only costs the ramp the kernel's lookahead-clueless case would
+/// have made there. Without them, an aged sqlite3 table read in key order
+/// (its leaves all over the file) went 1.11-1.32x `ondemand`'s simulated
+/// time (docs/never-worse.md, seed 80); with them, 1.00-1.02x.
+const FLOOR_MARKS: usize = 1024;
 
 impl<P: Policy> Budgeted<P> {
     /// `inner` held to a fresh budget, over the floor of an `ondemand`
@@ -25,6 +41,7 @@ impl<P: Policy> Budgeted<P> {
             inner,
             kernel: (!config.hints).then(|| OnDemand::new(*config)),
             budget: Budget::new(config),
+            floor_marks: VecDeque::new(),
         }
     }
 
@@ -81,14 +98,23 @@ impl<P: Policy> Policy for Budgeted<P> {
     }
     fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window> {
         // The kernel would find only its own markers.
+        let marks = &mut self.floor_marks;
         let floor = self.kernel.as_mut().and_then(|k| match trigger {
-            Trigger::MarkerHit if !k.marks(req.index) => None,
+            Trigger::MarkerHit if !k.marks(req.index) && !take(marks, req.index) => None,
             _ => k.decide(req, trigger, view),
         });
         let window = self.inner.decide(req, trigger, view);
         let admitted = self.admit(window, floor, req, view);
         if let (Some(k), Some(f)) = (&mut self.kernel, floor) {
             k.admitted(f, admitted);
+            // The kernel's window was read (itself, or the policy's same
+            // window): its marker is the kernel's.
+            if let (true, Some(m)) = (admitted == Some(f), f.marker_page()) {
+                if self.floor_marks.len() == FLOOR_MARKS {
+                    self.floor_marks.pop_front();
+                }
+                self.floor_marks.push_back(m);
+            }
         }
         admitted
     }
@@ -135,5 +161,16 @@ impl<P: Policy> Policy for Budgeted<P> {
             b.left()
         ));
         out
+    }
+}
+
+/// Whether `index` is in `marks`, taking it out.
+fn take(marks: &mut VecDeque<u64>, index: u64) -> bool {
+    match marks.iter().rposition(|&m| m == index) {
+        Some(i) => {
+            marks.remove(i);
+            true
+        }
+        None => false,
     }
 }
