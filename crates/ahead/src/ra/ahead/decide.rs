@@ -210,7 +210,7 @@ impl StreamTable {
         // `try_context_readahead`). Without the marker, ahead read an
         // aged sqlite3 table's leaves (a scan in key order over pages in
         // random order) in 19% more requests than `ondemand` in the
-        // simulator, and 1.85-2.07x the kernel's time in Direct mode
+        // simulator, and 1.81-2.07x the kernel's time in Direct mode
         // (docs/never-worse.md, seed 80).
         let s = &mut self.streams[slot];
         s.direction = Direction::Forward;
