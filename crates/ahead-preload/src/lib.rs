@@ -63,7 +63,9 @@ const UNKNOWN: u8 = 0;
 const REGULAR: u8 = 1;
 const OTHER: u8 = 2;
 
-/// One descriptor number's state.
+/// One descriptor number's state. A new slot is all zeros (the table is
+/// zeroed as a whole, [`TABLE`]): each field's zero is its state before
+/// the descriptor's first call.
 pub(crate) struct Slot {
     pub(crate) gen: AtomicU32,
     kind: AtomicU8,
@@ -113,34 +115,6 @@ pub(crate) struct Slot {
     /// Readahead mode: a check found the followed position wrong (another
     /// descriptor or process moves it): asked of the kernel at every read.
     pub(crate) pos_wrong: AtomicU8,
-}
-
-impl Slot {
-    const fn new() -> Slot {
-        Slot {
-            gen: AtomicU32::new(0),
-            kind: AtomicU8::new(UNKNOWN),
-            size: AtomicU64::new(0),
-            quiet: AtomicU8::new(quiet::ACTIVE),
-            next: AtomicU64::new(0),
-            reads: AtomicU32::new(0),
-            run: AtomicU32::new(0),
-            jumps: AtomicU8::new(0),
-            sweep: quiet::SweepSlot::new(),
-            idle: AtomicU32::new(0),
-            muted: AtomicU32::new(0),
-            noted: AtomicU8::new(0),
-            held: AtomicU8::new(quiet::NONE_HELD),
-            held_at: AtomicU64::new(0),
-            held_len: AtomicU64::new(0),
-            no_dontcache: AtomicU8::new(0),
-            unflushed: AtomicU64::new(0),
-            snap: uncached::SnapSlot::new(),
-            pos: AtomicU64::new(NO_POS),
-            pos_reads: AtomicU32::new(0),
-            pos_wrong: AtomicU8::new(0),
-        }
-    }
 }
 
 /// [`Slot::pos`]: not known.
@@ -221,12 +195,34 @@ pub(crate) fn position_is(fd: c_int, at: Option<u64>) {
     }
 }
 
-/// All zeros at start, so it costs the library file nothing (.bss) and
-/// the process only the pages of the descriptors it uses.
-static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+/// The slots, all zeros at start, so that the table costs the library
+/// file nothing (.bss) and a process only the pages of the descriptors it
+/// uses.
+///
+/// Written as an array of slots made by a `const fn` it was not: the
+/// compiler leaves a struct's padding undefined, and a constant with
+/// undefined bytes is not all zeros, so the 10 MiB went into .data, in the file (11 MB where the
+/// code is 1 MB; read around at a page fault, and written to the state
+/// directory at the first run). Zeroed as a whole, padding included, it is
+/// .bss.
+struct Table(std::mem::MaybeUninit<[Slot; SLOTS]>);
+
+// SAFETY: only ever read as `[Slot; SLOTS]` ([`slot`]), whose fields are
+// atomics: shared between threads by design.
+unsafe impl Sync for Table {}
+
+// The named states a new slot starts in must be zero, so that the zeroed
+// table is a table of new slots.
+const _: () = assert!(UNKNOWN == 0 && quiet::ACTIVE == 0 && quiet::NONE_HELD == 0 && NO_POS == 0);
+
+static TABLE: Table = Table(std::mem::MaybeUninit::zeroed());
 
 pub(crate) fn slot(fd: c_int) -> Option<&'static Slot> {
-    usize::try_from(fd).ok().and_then(|i| TABLE.get(i))
+    // SAFETY: all zeros is a valid `Slot`: every field is an atomic
+    // integer, bool or pointer (zero, false, null), in structs of the same.
+    // It is a new slot's state (the named states asserted zero above).
+    let table: &'static [Slot; SLOTS] = unsafe { TABLE.0.assume_init_ref() };
+    usize::try_from(fd).ok().and_then(|i| table.get(i))
 }
 
 /// The descriptor now means another file (or none).

@@ -186,16 +186,6 @@ pub(crate) struct SweepSlot {
 }
 
 impl SweepSlot {
-    pub(crate) const fn new() -> SweepSlot {
-        SweepSlot {
-            start: AtomicU64::new(0),
-            front: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            reads: AtomicU32::new(0),
-            away: AtomicBool::new(false),
-        }
-    }
-
     /// The descriptor means another file: no sweep yet.
     pub(crate) fn forget(&self) {
         self.reads.store(0, Ordering::Relaxed);

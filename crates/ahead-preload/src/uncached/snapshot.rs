@@ -27,15 +27,6 @@ fn fd_of(fd: c_int) -> BorrowedFd<'static> {
 }
 
 impl SnapSlot {
-    pub(crate) const fn new() -> SnapSlot {
-        SnapSlot {
-            ptr: AtomicPtr::new(std::ptr::null_mut()),
-            pages: AtomicU64::new(0),
-            state: AtomicU8::new(0),
-            span: ReadSpan::new(),
-        }
-    }
-
     /// Makes sure the snapshot is taken; false if there is none.
     pub(super) fn ensure(&self, fd: c_int) -> bool {
         match self.state.load(Ordering::Acquire) {
