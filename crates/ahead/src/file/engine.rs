@@ -628,7 +628,10 @@ impl Engine {
                 let hinter = if hints { self.hinter() } else { None };
                 // Hints are decided in the kernel's page size.
                 let kpage = rustix::param::page_size() as u64;
-                let kra = ra::hints::config(self.shared.config.max_readahead, kpage);
+                let kra = ra::RaConfig {
+                    hint_gaps_as_reads: true,
+                    ..ra::hints::config(self.shared.config.max_readahead, kpage)
+                };
                 let policy = hints.then(|| ra::new_policy(policy_kind, kra));
                 Kind::Kernel(KernelFile::new(
                     mode,

@@ -168,13 +168,13 @@ pub(crate) const GAP_MAX: u64 = 64 << 10;
 
 /// Whether a strided window of `run` pages every `period` is hinted whole,
 /// gaps included: its gaps are at most `gap_max` pages ([`GAP_MAX`]) and
-/// no wider than its runs (`HINT_MAX_READ_THROUGH`), so that at least
-/// half of what it hints is what the reader is expected to take. The
-/// file's speculation budget charges what this says is read
-/// ([`RaConfig::read_through_gap`]).
-pub(crate) fn hinted_whole(run: u64, period: u64, gap_max: u64) -> bool {
-    period.saturating_sub(run) <= gap_max
-        && period <= super::ahead::HINT_MAX_READ_THROUGH * run.max(1)
+/// its period at most `ratio` times its runs
+/// ([`RaConfig::read_through_ratio`]: for `ahead run`, gaps no wider than
+/// the runs, so that at least half of what it hints is what the reader is
+/// expected to take). The file's speculation budget charges what this
+/// says is read ([`RaConfig::read_through_gap`]).
+pub(crate) fn hinted_whole(run: u64, period: u64, gap_max: u64, ratio: u64) -> bool {
+    period.saturating_sub(run) <= gap_max && period <= ratio * run.max(1)
 }
 
 /// The policy configuration for hints of windows up to `max_bytes`, in
@@ -229,6 +229,8 @@ pub struct Hinter {
     policy: Box<dyn Policy>,
     table: SparseTable,
     page: u64,
+    /// The policy's [`Policy::read_through_ratio`].
+    read_through_ratio: u64,
 }
 
 impl Hinter {
@@ -246,6 +248,7 @@ impl Hinter {
         // nothing from it either (0.98× plain).
         let table = SparseTable::new(size.div_ceil(page));
         Hinter {
+            read_through_ratio: policy.read_through_ratio(),
             policy,
             table,
             page,
@@ -365,7 +368,9 @@ impl Hinter {
         };
         for w in windows {
             match w.shape {
-                Shape::Strided { run, period } if !hinted_whole(run, period, gap_max) => {
+                Shape::Strided { run, period }
+                    if !hinted_whole(run, period, gap_max, self.read_through_ratio) =>
+                {
                     w.for_each_run(&mut hint)
                 }
                 _ => hint(w.start, w.size),
@@ -396,275 +401,4 @@ impl Hinter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ra::{new_policy, PolicyKind, RaConfig};
-
-    fn hinter() -> Hinter {
-        Hinter::new(
-            new_policy(
-                PolicyKind::Ahead,
-                config(RaConfig::default().max_pages * 4096, 4096),
-            ),
-            1 << 30,
-            4096,
-        )
-    }
-
-    #[test]
-    fn a_backward_stream_is_hinted_below_it_and_never_its_own_pages() {
-        let mut h = hinter();
-        let mut out = Vec::new();
-        let mut hinted = 0;
-        let mut offset = 512 << 20;
-        for _ in 0..64 {
-            offset -= 8192;
-            out.clear();
-            hinted += h.request(offset, 8192, false, false, &mut out);
-            for &(s, n) in &out {
-                assert!(s + n <= offset || s >= offset + 8192, "{s}+{n} vs {offset}");
-                assert!(s < 512 << 20);
-            }
-        }
-        // 64 reads of 2 pages walked 128 pages down: the policy hinted
-        // below them, more than the walk itself.
-        assert!(hinted >= 128, "hinted {hinted} pages");
-    }
-
-    #[test]
-    fn a_forward_stream_is_left_to_the_kernel() {
-        let mut h = hinter();
-        let mut out = Vec::new();
-        // A stream from the start of the file continues "the previous
-        // request" (none, ending at 0), as the kernel sees it.
-        for i in 0..256u64 {
-            h.request(i * 4096, 4096, false, true, &mut out);
-        }
-        assert!(out.is_empty(), "{out:?}");
-    }
-
-    /// A strided reader whose hinted pages the kernel then has cached:
-    /// those reads are served by the probe and reach the hinter as cached.
-    /// The policy must still see them, or it would judge its own hits
-    /// unread and stop hinting.
-    #[test]
-    fn hints_that_the_reader_finds_cached_keep_the_stream_hinting() {
-        let mut h = hinter();
-        let mut hinted = std::collections::HashSet::new();
-        let mut late_hints = 0;
-        for k in 0..400u64 {
-            let page = 1000 + k * 32;
-            let cached = hinted.contains(&page);
-            let mut out = Vec::new();
-            let n = h.request(page * 4096, 4096, cached, false, &mut out);
-            for &(s, len) in &out {
-                for p in s / 4096..(s + len) / 4096 {
-                    hinted.insert(p);
-                }
-            }
-            if k >= 300 {
-                late_hints += n;
-            }
-        }
-        assert!(
-            late_hints > 0,
-            "the stream stopped hinting: {:?}",
-            h.describe()
-        );
-        assert!(
-            !h.describe().iter().any(|l| l.contains("held")),
-            "{:?}",
-            h.describe()
-        );
-        // Every request was served cached but the first few: those that
-        // found the stride, and the pages that bore it out before the
-        // first hint (`HINT_EVIDENCE_PAGES`, one a request here).
-        let cached = (0..400u64)
-            .filter(|k| hinted.contains(&(1000 + k * 32)))
-            .count() as u64;
-        let first = crate::ra::budget::HINT_EVIDENCE_PAGES + 4;
-        assert!(cached >= 400 - first, "{cached} of 400 hinted");
-    }
-
-    /// A page read every four: the budget refuses the first windows (no
-    /// evidence yet) without the policy taking them for windows read and
-    /// unused (when it did, the stream was held at once and Buffered
-    /// mode's strided reads were never hinted: 20.9 MB/s on the `cloud`
-    /// cap, the kernel's). Once borne out, its runs are hinted and not its
-    /// gaps, three times as wide as they are (`HINT_MAX_READ_THROUGH`).
-    #[test]
-    fn a_stride_is_hinted_run_by_run_once_borne_out() {
-        let mut h = hinter();
-        let (mut late, mut gaps) = (0, 0);
-        for k in 0..400u64 {
-            let mut out = Vec::new();
-            let n = h.request(k * 4 * 4096, 4096, false, false, &mut out);
-            if k >= 100 {
-                late += n;
-            }
-            gaps += out
-                .iter()
-                .flat_map(|&(at, len)| (at / 4096)..(at + len) / 4096)
-                .filter(|p| p % 4 != 0)
-                .count();
-        }
-        // Most of the last 300 requests' pages, hinted before them.
-        assert!(late > 250, "hinted {late}: {:?}", h.describe());
-        assert_eq!(gaps, 0, "{:?}", h.describe());
-    }
-
-    /// Rows of three pages read backward, the last two of each forward
-    /// (sqlite3's leaf and overflow pages, `order by id desc`): the lookahead marker
-    /// of a backward window is often met by a read that continues the
-    /// last, and its next window is hinted all the same. When windows
-    /// decided on such reads were dropped, 36% of a real scan's pages went
-    /// unhinted.
-    #[test]
-    fn a_backward_window_decided_on_a_forward_read_is_hinted() {
-        let mut h = hinter();
-        let rows = 2000u64;
-        let mut known = std::collections::HashSet::new();
-        let (mut hinted, mut before) = (std::collections::HashSet::new(), 0);
-        let mut last_end = u64::MAX;
-        let mut seed = 7u64;
-        for r in (0..rows).rev() {
-            // The row's pages in one of the orders sqlite3's trace shows:
-            // backward, forward, or the last first and then the two
-            // before it forward.
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let order = [[2, 1, 0], [0, 1, 2], [2, 0, 1], [1, 2, 0]][(seed >> 62) as usize];
-            for k in order {
-                let p = 3 * r + k;
-                if hinted.contains(&p) {
-                    before += 1;
-                }
-                let mut out = Vec::new();
-                let at = p * 4096;
-                h.request(at, 4096, known.contains(&p), at == last_end, &mut out);
-                last_end = at + 4096;
-                known.insert(p);
-                for (x, n) in out {
-                    for q in x / 4096..(x + n) / 4096 {
-                        hinted.insert(q);
-                        known.insert(q);
-                    }
-                }
-            }
-        }
-        // All but the pages read before the stream was borne out.
-        assert!(
-            before * 100 >= 95 * 3 * rows,
-            "{before} of {} pages hinted before they were read: {:?}",
-            3 * rows,
-            h.describe()
-        );
-    }
-
-    #[test]
-    fn pages_read_before_are_not_hinted_again() {
-        let mut h = hinter();
-        let mut out = Vec::new();
-        // Read pages 1000..1100 forward (no hints: the kernel follows it).
-        for p in 1000..1100u64 {
-            h.request(p * 4096, 4096, false, true, &mut out);
-        }
-        assert!(out.is_empty());
-        // Then walk down from page 1200: the windows below reach into the
-        // pages read, which are never hinted.
-        let mut hinted = 0;
-        for k in 0..150u64 {
-            let p = 1200 - 2 * k;
-            out.clear();
-            hinted += h.request(p * 4096, 8192, false, false, &mut out);
-            for &(s, n) in &out {
-                let (a, b) = (s / 4096, (s + n) / 4096);
-                assert!(b <= 1000 || a >= 1100, "pages {a}..{b} were read before");
-            }
-        }
-        assert!(hinted > 0, "the walk was hinted");
-    }
-
-    #[test]
-    fn cached_requests_without_a_marker_cost_nothing() {
-        let mut h = hinter();
-        let mut out = Vec::new();
-        assert_eq!(h.request(1 << 20, 4096, true, false, &mut out), 0);
-        assert!(out.is_empty());
-        assert!(!h.wants_cached_requests());
-    }
-
-    /// What [`preload::Sweep`] passes of a sequence of page reads (4 KiB
-    /// each): how many of them.
-    fn swept(pages: impl IntoIterator<Item = u64>) -> (usize, usize) {
-        let mut s = preload::Sweep::default();
-        let (mut n, mut passed) = (0, 0);
-        for p in pages {
-            n += 1;
-            passed += usize::from(s.read(p * 4096, 4096));
-        }
-        (passed, n)
-    }
-
-    #[test]
-    fn a_forward_sweep_stepping_back_over_overflow_pages_is_the_kernels() {
-        // sqlite3's WITHOUT ROWID scan of 3,394 B rows (seed 67, case 7):
-        // a leaf, then the three overflow pages just before it, and an
-        // interior page far away every 72 reads.
-        let mut pages = Vec::new();
-        let mut leaf = 1000;
-        for i in 0..2000u64 {
-            pages.extend([leaf, leaf - 3, leaf - 2, leaf - 1]);
-            leaf += 4;
-            if i % 18 == 17 {
-                pages.push(100_000 + i);
-            }
-        }
-        let (passed, n) = swept(pages);
-        assert!(passed * 10 > n * 9, "{passed} of {n} passed");
-    }
-
-    #[test]
-    fn backward_interleaved_and_gapped_reads_are_not_sweeps() {
-        // A backward scan of 8 KiB rows, each read forward.
-        let back = (0..2000u64).flat_map(|i| [100_000 - 2 * i, 100_001 - 2 * i]);
-        assert_eq!(swept(back).0, 0);
-        // Backward, a page at a time.
-        assert_eq!(swept((0..2000u64).map(|i| 100_000 - i)).0, 0);
-        // Three forward streams of one descriptor, in turn.
-        let three = (0..2000u64).flat_map(|i| [i, 50_000 + i, 90_000 + i]);
-        assert_eq!(swept(three).0, 0);
-        // Forward, every other page: the kernel does not read ahead of it.
-        assert_eq!(swept((0..2000u64).map(|i| 2 * i)).0, 0);
-        // Forward with gaps of one to three pages, in no order.
-        let mut x = 7u64;
-        let mut p = 0;
-        let gapped = (0..2000).map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            p += 2 + (x >> 62);
-            p
-        });
-        assert_eq!(swept(gapped).0, 0);
-    }
-
-    #[test]
-    fn a_sweep_passes_from_its_thirty_second_read() {
-        let (passed, n) = swept(0..100u64);
-        assert_eq!((passed, n), (100 - preload::SWEEP_RUN as usize + 1, 100));
-    }
-
-    #[test]
-    fn muted_reads_pass_in_cycles_with_a_run_sent_in_each() {
-        use preload::{muted, MUTE_AFTER, MUTE_CYCLE, MUTE_LOOK};
-        assert!(!muted(MUTE_AFTER - 1, 0));
-        let passed = (0..MUTE_CYCLE * 3)
-            .filter(|&n| muted(MUTE_AFTER, n))
-            .count();
-        assert_eq!(passed as u32, (MUTE_CYCLE - MUTE_LOOK) * 3);
-        // The sent ones are a run at the end of each cycle.
-        assert!((MUTE_CYCLE - MUTE_LOOK..MUTE_CYCLE).all(|n| !muted(MUTE_AFTER, n)));
-    }
-}
+mod tests;

@@ -462,6 +462,13 @@ pub trait Policy: Send {
     fn describe(&self) -> Vec<String> {
         Vec::new()
     }
+    /// For an engine that hints: a strided window is hinted whole, gaps
+    /// included, while its period is at most this many times its run
+    /// ([`RaConfig::read_through_ratio`]; the kernel's own policies never
+    /// decide one).
+    fn read_through_ratio(&self) -> u64 {
+        ahead::HINT_MAX_READ_THROUGH
+    }
 }
 
 /// Which policy.
@@ -541,9 +548,30 @@ pub struct RaConfig {
     /// speculation budget ([`budget`]). Off, the engine reads what the
     /// policy decides, and what `ondemand` would read is the floor.
     pub hints: bool,
+    /// For hints: a stride's gaps are hinted as an engine that reads
+    /// reads them, up to `MAX_READ_THROUGH` times its runs, and a
+    /// gap so hinted earns below the page a request takes, as a gap read
+    /// through does ([`budget::Budget::gap_credit`]). On for Buffered
+    /// mode, where the kernel reads a hinted span in one request, as
+    /// Direct mode reads a window; off for `ahead run`, whose `--stats`
+    /// counts a hinted gap unread in the file's accuracy, and which hints
+    /// a gap only where it is no wider than the runs
+    /// (`HINT_MAX_READ_THROUGH`), its gaps earning nothing.
+    pub hint_gaps_as_reads: bool,
 }
 
 impl RaConfig {
+    /// How many times its runs a stride may read through: the period over
+    /// the run at most this (`MAX_READ_THROUGH`, 4, or for hints that are
+    /// not read as reads, `HINT_MAX_READ_THROUGH`, 2).
+    pub fn read_through_ratio(&self) -> u64 {
+        if self.hints && !self.hint_gaps_as_reads {
+            ahead::HINT_MAX_READ_THROUGH
+        } else {
+            ahead::MAX_READ_THROUGH
+        }
+    }
+
     /// Defaults with a given maximum window.
     pub fn with_max_pages(max_pages: u64) -> RaConfig {
         RaConfig {
@@ -561,6 +589,7 @@ impl Default for RaConfig {
             context_readahead: true,
             read_through_gap: 0,
             hints: false,
+            hint_gaps_as_reads: false,
         }
     }
 }

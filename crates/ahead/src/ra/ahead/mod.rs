@@ -87,7 +87,7 @@ mod stride;
 mod tests;
 
 pub(crate) use stream::STRIDE_CONFIRMATIONS;
-pub(crate) use stride::{HINT_MAX_READ_THROUGH, MERGE_GAP};
+pub(crate) use stride::{HINT_MAX_READ_THROUGH, MAX_READ_THROUGH, MERGE_GAP};
 
 pub(crate) use decide::latency_floor;
 use dense::Dense;
@@ -140,10 +140,10 @@ pub(crate) struct StreamTable {
     /// [`REARM_MAX`]), halved again by each window settled while a stream
     /// has a proven record ([`Ledger::proven`]).
     rearm_need: u32,
-    /// The engine only sends hints ([`RaConfig::hints`]): stride gaps are
-    /// read through only where they are no wider than the runs
-    /// ([`stride::HINT_MAX_READ_THROUGH`]).
-    hints: bool,
+    /// How many times its runs a stride may read through
+    /// ([`RaConfig::read_through_ratio`]: for `ahead run`'s hints, only
+    /// gaps no wider than the runs, [`stride::HINT_MAX_READ_THROUGH`]).
+    read_through_ratio: u64,
     /// Streams just split from interleaved readers (`split_rows`) whose
     /// first windows are still to go out ([`Policy::more`]).
     split: Vec<usize>,
@@ -163,7 +163,7 @@ impl StreamTable {
             recorded: None,
             context: config.context_readahead,
             rearm_need: REARM_RUN,
-            hints: config.hints,
+            read_through_ratio: config.read_through_ratio(),
             split: Vec::new(),
         }
     }
@@ -259,6 +259,10 @@ impl StreamTable {
 impl Policy for StreamTable {
     fn name(&self) -> &'static str {
         "ahead"
+    }
+
+    fn read_through_ratio(&self) -> u64 {
+        self.read_through_ratio
     }
 
     fn max_pages(&self) -> u64 {

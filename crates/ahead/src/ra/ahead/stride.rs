@@ -25,14 +25,15 @@ pub(crate) const MERGE_GAP: u64 = 16;
 /// reading the records alone).
 pub(crate) const MAX_READ_THROUGH: u64 = 4;
 
-/// [`MAX_READ_THROUGH`] for an engine that only sends hints (`ahead run`,
-/// Buffered mode): two, a gap no wider than the run. There a gap's pages
-/// are charged to the file's speculation budget and earn nothing (no
+/// [`MAX_READ_THROUGH`] for `ahead run`'s hints: two, a gap no wider than
+/// the run. There a gap's pages are charged to the file's speculation budget and earn nothing (no
 /// reader takes them), and `--stats` counts them unread in the file's
 /// `accuracy`; a window read through at most twice its runs keeps both at
 /// one page used for each page wasted. At four, `zipfile` taking every
 /// 10th member of ~4 KiB (an irregular stride of 2 pages in 10) hinted 32
-/// pages and read 6 of them, 1.09-1.18x plain.
+/// pages and read 6 of them, 1.09-1.18x plain. (Buffered mode hints a
+/// stride as Direct mode reads it,
+/// [`crate::ra::RaConfig::hint_gaps_as_reads`].)
 pub(crate) const HINT_MAX_READ_THROUGH: u64 = 2;
 
 /// Most runs in a strided window that does not read through its gaps:
@@ -124,8 +125,9 @@ impl Reach {
     /// From what the engine knows of its device: [`MERGE_GAP`] and
     /// [`STRIDE_MAX_RUNS`] where it knows nothing; runs for twice the
     /// requests the device serves at once (one window being read while the
-    /// next is issued) where it knows that.
-    pub(super) fn of(view: &dyn CacheView, hints: bool) -> Reach {
+    /// next is issued) where it knows that; reading through at most `ratio`
+    /// times the runs ([`crate::ra::RaConfig::read_through_ratio`]).
+    pub(super) fn of(view: &dyn CacheView, ratio: u64) -> Reach {
         let cost = view.device_cost();
         Reach {
             through: cost.map_or(Through::Gap(MERGE_GAP), |c| {
@@ -140,11 +142,7 @@ impl Reach {
             max_runs: cost.map_or(STRIDE_MAX_RUNS, |c| {
                 (2 * c.parallelism).clamp(1, STRIDE_MAX_RUNS.max(c.parallelism))
             }),
-            ratio: if hints {
-                HINT_MAX_READ_THROUGH
-            } else {
-                MAX_READ_THROUGH
-            },
+            ratio,
         }
     }
 }
@@ -410,7 +408,7 @@ impl StreamTable {
         view: &dyn CacheView,
     ) -> Option<(Direction, Reach)> {
         let s = self.streams[slot];
-        let reach = Reach::of(view, self.hints);
+        let reach = Reach::of(view, self.read_through_ratio);
         let cols = self.sweep_columns(&s, view);
         match (s.direction, &mut self.streams[slot].sweep) {
             (Direction::Strided { run, period }, Some(w)) => {

@@ -77,6 +77,9 @@ impl<P: Policy> Policy for Budgeted<P> {
     fn max_pages(&self) -> u64 {
         self.inner.max_pages()
     }
+    fn read_through_ratio(&self) -> u64 {
+        self.inner.read_through_ratio()
+    }
     fn set_max_pages(&mut self, pages: u64) {
         self.inner.set_max_pages(pages);
         if let Some(k) = &mut self.kernel {

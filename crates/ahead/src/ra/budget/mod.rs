@@ -176,8 +176,10 @@ pub struct Budget {
     /// Of those, pages a request took.
     floor_used: u64,
     /// Strided windows whose gaps are at most this many pages are read
-    /// whole ([`RaConfig::read_through_gap`]).
+    /// whole ([`RaConfig::read_through_gap`]), while their period is at
+    /// most this many times their runs ([`RaConfig::read_through_ratio`]).
     read_through_gap: u64,
+    read_through_ratio: u64,
     /// See [`Budget::gap_credit`].
     gap_credit: u64,
     /// `c` of the bound ([`Budget::credit_pages`]).
@@ -212,6 +214,7 @@ impl Budget {
             floor: 0,
             floor_used: 0,
             read_through_gap: config.read_through_gap,
+            read_through_ratio: config.read_through_ratio(),
             credit: if config.hints {
                 HINT_CREDIT_PAGES
             } else {
@@ -221,9 +224,11 @@ impl Budget {
             charged_now: Vec::new(),
             foreseen_now: Vec::new(),
             hints: config.hints,
-            // Hints: no reader takes a gap's pages, and `--stats` counts
-            // them unread; only the pages requests take earn.
-            gap_credit: if config.hints {
+            // `ahead run`'s hints: no reader takes a gap's pages, and
+            // `--stats` counts them unread; only the pages requests take
+            // earn. Buffered mode's are read as reads are
+            // ([`RaConfig::hint_gaps_as_reads`]).
+            gap_credit: if config.hints && !config.hint_gaps_as_reads {
                 0
             } else {
                 super::ahead::MERGE_GAP
@@ -380,9 +385,9 @@ impl Budget {
         self.floor_used += floor;
     }
 
-    /// The widest gap below a request that its use credits: none for hints
-    /// (no reader takes a hinted gap, and `ahead run --stats` counts its
-    /// pages unread), else the widest gap ahead's stride rules read
+    /// The widest gap below a request that its use credits: none for
+    /// `ahead run`'s hints (no reader takes a hinted gap, and `--stats`
+    /// counts its pages unread), else the widest gap ahead's stride rules read
     /// through on this device
     /// (from its costs, [`super::DeviceCost`]; `MERGE_GAP`
     /// where they are unknown).
@@ -562,7 +567,7 @@ impl Budget {
     /// ([`RaConfig::read_through_gap`]).
     fn reads_whole(&self, w: &Window) -> bool {
         matches!(w.shape, Shape::Strided { run, period }
-            if super::hints::hinted_whole(run, period, self.read_through_gap))
+            if super::hints::hinted_whole(run, period, self.read_through_gap, self.read_through_ratio))
     }
 
     /// While the budget waits for evidence (hints): records the pages of

@@ -207,9 +207,10 @@ struct Counting {
     taken: u64,
     /// The request being served: its own pages are not read ahead.
     current: Request,
-    /// Strided windows with gaps up to this (and no wider than their
-    /// runs) are read whole.
+    /// Strided windows with gaps up to this (and periods up to `ratio`
+    /// times their runs) are read whole.
     gap: u64,
+    ratio: u64,
     /// What the device charges, if the engine knows (a far store's round
     /// trip lets windows run past what a stream has shown, and rows split
     /// from interleaved readers get windows of their own at once).
@@ -239,7 +240,7 @@ impl crate::ra::PageTable for Counting {
         // An engine that reads a strided window whole, gaps included,
         // where the hints' rule says so.
         let whole = matches!(w.shape, Shape::Strided { run, period }
-            if crate::ra::hints::hinted_whole(run, period, self.gap));
+            if crate::ra::hints::hinted_whole(run, period, self.gap, self.ratio));
         let w = &if whole {
             Window {
                 shape: Shape::Forward,
@@ -313,9 +314,14 @@ proptest::proptest! {
     /// took are at most `k` (plus the gap credit) times those taken,
     /// plus `c`.
     #[test]
-    fn speculation_never_exceeds_the_budget(reqs in requests(), max in 4u64..512, gap in 0u64..20, hints: bool, far: bool) {
+    fn speculation_never_exceeds_the_budget(reqs in requests(), max in 4u64..512, gap in 0u64..20, hints: bool, gaps_as_reads: bool, far: bool) {
         use crate::ra::{ahead::StreamTable, drive, RaConfig};
-        let config = RaConfig { read_through_gap: gap, hints, ..RaConfig::with_max_pages(max) };
+        let config = RaConfig {
+            read_through_gap: gap,
+            hints,
+            hint_gaps_as_reads: hints && gaps_as_reads,
+            ..RaConfig::with_max_pages(max)
+        };
         let mut policy = Budgeted::new(StreamTable::new(config), &config);
         let mut t = Counting {
             table: crate::ra::SparseTable::new(70_000),
@@ -324,6 +330,7 @@ proptest::proptest! {
             taken: 0,
             current: Request::new(0, 0),
             gap,
+            ratio: config.read_through_ratio(),
             device: far.then(|| crate::ra::DeviceCost::object_store(4096, 64)),
         };
         for (index, count) in reqs {
