@@ -287,9 +287,7 @@ impl StreamTable {
             && next.index >= prev.end()
             && next.end() <= view.file_pages()
         {
-            for issued in self.streams[slot].turn_strided(s.last.count) {
-                self.ledger.settle(issued.speculative, issued.used);
-            }
+            self.streams[slot].turn_strided(s.last.count, &mut self.ledger);
             self.current = Some(slot);
             return self.on_miss(next, view);
         }

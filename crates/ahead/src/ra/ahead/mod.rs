@@ -341,9 +341,7 @@ impl Policy for StreamTable {
                         // ahead within it; such requests are read whole, one
                         // by one.
                         if s.confirmations >= STRIDE_CONFIRMATIONS && req.count <= self.max {
-                            for issued in s.turn_strided(req.count) {
-                                self.ledger.settle(issued.speculative, issued.used);
-                            }
+                            s.turn_strided(req.count, &mut self.ledger);
                         }
                     }
                     Match::Jitter => s.jitter(req, self.max),

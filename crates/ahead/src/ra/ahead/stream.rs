@@ -174,9 +174,9 @@ impl Stream {
     /// now on. A forward stream's windows so far were the forward rule's
     /// (the kernel's, unless the stream was interleaved): they leave it
     /// unjudged by the stride, whose record starts empty as a new
-    /// stream's would; what it returns are the windows of an interleaved
-    /// one, for the file's record.
-    pub(super) fn turn_strided(&mut self, run: u64) -> impl Iterator<Item = Issued> {
+    /// stream's would; the windows of an interleaved one are settled in
+    /// the file's record, `file`.
+    pub(super) fn turn_strided(&mut self, run: u64, file: &mut Ledger) {
         let mut left = [None, None];
         if self.direction == Direction::Forward {
             let windows = [self.window.take(), self.previous.take()];
@@ -190,7 +190,9 @@ impl Stream {
             run,
             period: self.period,
         };
-        left.into_iter().flatten()
+        for issued in left.into_iter().flatten() {
+            file.settle(issued.speculative, issued.used);
+        }
     }
 
     /// `req` came about one period after the last request, not exactly
