@@ -1209,9 +1209,10 @@ fn elf_sections(path: &Path) -> Vec<(String, u64)> {
 /// have left the page cache is reading them: a page fault reads around
 /// itself, up to the disk's `read_ahead_kb`, so a file's size, not the
 /// pages used, is what is read. The launcher carried its debug information
-/// (51 MB in a release build) and the core a descriptor table of 10 MiB in
-/// .data (11 MB): `ahead run --off -- sqlite3 …` read 16 MB more than
-/// the query alone on the steady device (docs/run.md).
+/// (51 MB in a release build): `ahead run --off -- sqlite3 …` read 16 MB
+/// more than the query alone on the steady device (docs/run.md). The
+/// core's 10 MiB descriptor table belongs in .bss; an earlier core had it
+/// in .data, an 11 MB file.
 #[test]
 fn what_a_program_under_ahead_run_maps_is_what_it_runs() {
     let launcher = Path::new(env!("CARGO_BIN_EXE_ahead"));

@@ -199,12 +199,13 @@ pub(crate) fn position_is(fd: c_int, at: Option<u64>) {
 /// file nothing (.bss) and a process only the pages of the descriptors it
 /// uses.
 ///
-/// Written as an array of slots made by a `const fn` it was not: the
-/// compiler leaves a struct's padding undefined, and a constant with
-/// undefined bytes is not all zeros, so the 10 MiB went into .data, in the file (11 MB where the
-/// code is 1 MB; read around at a page fault, and written to the state
-/// directory at the first run). Zeroed as a whole, padding included, it is
-/// .bss.
+/// Written as an array of slots made by a `const fn`, that depended on
+/// the optimiser: the compiler leaves a struct's padding undefined, and a
+/// constant with undefined bytes is not all zeros to it. The core built
+/// for `ahead run` (with LTO) had the table in .bss; the workspace's own
+/// build of the same source put its 10 MiB in .data, an 11 MB file where
+/// the code is under 1 MB. Zeroed as a whole, padding included, it is .bss
+/// in every build.
 struct Table(std::mem::MaybeUninit<[Slot; SLOTS]>);
 
 // SAFETY: only ever read as `[Slot; SLOTS]` ([`slot`]), whose fields are
