@@ -26,13 +26,13 @@ pub(crate) const MERGE_GAP: u64 = 16;
 pub(crate) const MAX_READ_THROUGH: u64 = 4;
 
 /// [`MAX_READ_THROUGH`] for `ahead run`'s hints: two, a gap no wider than
-/// the run. There a gap's pages are charged to the file's speculation budget and earn nothing (no
-/// reader takes them), and `--stats` counts them unread in the file's
-/// `accuracy`; a window read through at most twice its runs keeps both at
-/// one page used for each page wasted. At four, `zipfile` taking every
-/// 10th member of ~4 KiB (an irregular stride of 2 pages in 10) hinted 32
-/// pages and read 6 of them, 1.09-1.18x plain. (Buffered mode hints a
-/// stride as Direct mode reads it,
+/// the run. There a gap's pages are charged to the file's speculation
+/// budget and earn nothing (no reader takes them), and `--stats` counts
+/// them unread in the file's `accuracy`; a window read through at most
+/// twice its runs keeps both at one page used for each page wasted. At
+/// four, `zipfile` taking every 10th member of ~4 KiB (an irregular stride
+/// of 2 pages in 10) hinted 32 pages and read 6 of them, 1.09-1.18x plain.
+/// (Buffered mode hints a stride as Direct mode reads it,
 /// [`crate::ra::RaConfig::hint_gaps_as_reads`].)
 pub(crate) const HINT_MAX_READ_THROUGH: u64 = 2;
 
