@@ -24,8 +24,7 @@ impl PageCache {
             // keeps a file until its last read completes); if it ever
             // happens, the frames go back rather than leak.
             free_frames(inner, plan.frames.iter().copied());
-            drop(g);
-            self.changed.notify_all();
+            self.signal(g);
             return;
         };
         fp.reading = fp.reading.saturating_sub(plan.frames.len());
@@ -42,8 +41,7 @@ impl PageCache {
         }
         free_frames(inner, release.into_iter());
         let wakers = std::mem::take(&mut inner.wakers);
-        drop(g);
-        self.changed.notify_all();
+        self.signal(g);
         for w in wakers {
             w.wake();
         }

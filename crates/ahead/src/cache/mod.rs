@@ -146,6 +146,10 @@ pub(crate) struct Inner {
     /// Frames with a read in flight, all files.
     reading: usize,
     wakers: Vec<Waker>,
+    /// Threads in [`PageCache::wait`]. Counted under the lock, so a
+    /// completion that sees none (under the same lock) has no one to wake:
+    /// the condvar is signalled only then, one system call saved per read.
+    waiting: usize,
     pub(crate) totals: Stats,
 }
 
@@ -160,9 +164,9 @@ pub struct PageCache {
     reserve: usize,
     inner: Mutex<Inner>,
     /// Signalled when reads complete and when the last pin of a closed
-    /// file's frame drops (which frees the frame). Other pin drops free
-    /// nothing at once, and signalling them would cost a system call per
-    /// read.
+    /// file's frame drops (which frees the frame), if a thread waits
+    /// (`Inner::waiting`). Other pin drops free nothing at once, and
+    /// signalling them would cost a system call per read.
     changed: Condvar,
 }
 
@@ -214,6 +218,7 @@ impl PageCache {
                 shadows: VecDeque::new(),
                 reading: 0,
                 wakers: Vec::new(),
+                waiting: 0,
                 totals: Stats::default(),
             }),
             changed: Condvar::new(),
@@ -245,7 +250,23 @@ impl PageCache {
         guard: MutexGuard<'a, Inner>,
         timeout: std::time::Duration,
     ) -> MutexGuard<'a, Inner> {
-        self.changed.wait_timeout(guard, timeout).unwrap().0
+        let mut guard = guard;
+        guard.waiting += 1;
+        let mut guard = self.changed.wait_timeout(guard, timeout).unwrap().0;
+        guard.waiting -= 1;
+        guard
+    }
+
+    /// Wakes the threads in [`PageCache::wait`], if any: `g` is the
+    /// guard the change was made under, released here. Whether a thread
+    /// waits is read under the lock, so none is missed (a waiter counts
+    /// itself under the lock and releases it only inside the wait).
+    pub(crate) fn signal(&self, g: MutexGuard<'_, Inner>) {
+        let waiting = g.waiting > 0;
+        drop(g);
+        if waiting {
+            self.changed.notify_all();
+        }
     }
 
     /// Registers a file opened at `version`, under `new_id`; or, for a file
@@ -333,8 +354,7 @@ impl PageCache {
         fp.generation += 1;
         fp.size = size;
         let dropped = self.drop_cached(&mut g, id);
-        drop(g);
-        self.changed.notify_all();
+        self.signal(g);
         dropped
     }
 
@@ -419,8 +439,9 @@ impl PageCache {
         for f in frames {
             if self.pins.unpin(f) {
                 // The last pin of a frame whose page was dropped: free it.
-                self.lock().free.push(f);
-                self.changed.notify_all();
+                let mut g = self.lock();
+                g.free.push(f);
+                self.signal(g);
             }
         }
     }

@@ -43,6 +43,9 @@ struct State {
     owner: Vec<Option<u64>>,
     free: Vec<u32>,
     in_flight: HashMap<u64, u32>,
+    /// Threads waiting on `changed` (`Inner::waiting`): signals are sent
+    /// only when it is not 0, read under the lock.
+    waiting: usize,
 }
 
 struct Model {
@@ -68,6 +71,7 @@ impl Model {
                 owner: vec![None; frames],
                 free: (0..frames as u32).collect(),
                 in_flight: HashMap::new(),
+                waiting: 0,
             }),
             changed: Condvar::new(),
             pins: Pins::new(frames),
@@ -109,7 +113,29 @@ impl Model {
 
     fn unpin(&self, frame: u32) {
         if self.pins.unpin(frame) {
-            self.state.lock().unwrap().free.push(frame);
+            let mut s = self.state.lock().unwrap();
+            s.free.push(frame);
+            self.signal(s);
+        }
+    }
+
+    /// As `PageCache::wait`: counted in `waiting` while asleep.
+    fn wait<'a>(
+        &self,
+        mut s: shuttle::sync::MutexGuard<'a, State>,
+    ) -> shuttle::sync::MutexGuard<'a, State> {
+        s.waiting += 1;
+        let mut s = self.changed.wait(s).unwrap();
+        s.waiting -= 1;
+        s
+    }
+
+    /// As `PageCache::signal`: wakes the waiters, if the state released
+    /// here says there are any.
+    fn signal(&self, s: shuttle::sync::MutexGuard<'_, State>) {
+        let waiting = s.waiting > 0;
+        drop(s);
+        if waiting {
             self.changed.notify_all();
         }
     }
@@ -176,7 +202,7 @@ impl Model {
                     return;
                 }
                 Some(Page::Reading(_)) => {
-                    let _s = self.changed.wait(s).unwrap();
+                    let _s = self.wait(s);
                 }
                 None | Some(Page::Shadow) => {
                     // Odd pages are read as a ring's readahead would be.
@@ -204,8 +230,7 @@ impl Model {
                     if s.pages.get(&page) == Some(&Page::Reading(frame)) {
                         s.pages.insert(page, Page::Ready(frame));
                     }
-                    drop(s);
-                    self.changed.notify_all();
+                    self.signal(s);
                 }
             }
         }
@@ -231,8 +256,7 @@ impl Model {
                 s.free.push(f);
             }
         }
-        drop(s);
-        self.changed.notify_all();
+        self.signal(s);
     }
 
     fn check_end(&self) {
