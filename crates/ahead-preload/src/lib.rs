@@ -115,6 +115,9 @@ pub(crate) struct Slot {
     /// Readahead mode: a check found the followed position wrong (another
     /// descriptor or process moves it): asked of the kernel at every read.
     pub(crate) pos_wrong: AtomicU8,
+    /// Readahead mode: the span of the file's hinted pages, while some are
+    /// not yet read (written by the helper; [`quiet::hinted`]).
+    pub(crate) hinted: AtomicU64,
 }
 
 /// [`Slot::pos`]: not known.
@@ -214,7 +217,13 @@ unsafe impl Sync for Table {}
 
 // The named states a new slot starts in must be zero, so that the zeroed
 // table is a table of new slots.
-const _: () = assert!(UNKNOWN == 0 && quiet::ACTIVE == 0 && quiet::NONE_HELD == 0 && NO_POS == 0);
+const _: () = assert!(
+    UNKNOWN == 0
+        && quiet::ACTIVE == 0
+        && quiet::NONE_HELD == 0
+        && NO_POS == 0
+        && quiet::NO_HINTS == 0
+);
 
 static TABLE: Table = Table(std::mem::MaybeUninit::zeroed());
 
@@ -247,6 +256,7 @@ pub(crate) fn reset(fd: c_int) {
         s.pos.store(NO_POS, Ordering::Relaxed);
         s.pos_reads.store(0, Ordering::Relaxed);
         s.pos_wrong.store(0, Ordering::Relaxed);
+        s.hinted.store(quiet::NO_HINTS, Ordering::Relaxed);
     }
 }
 

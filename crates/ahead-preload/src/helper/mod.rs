@@ -644,6 +644,9 @@ impl State {
             let end = (ev.offset + ev.len).div_ceil(page);
             used = o.hinted.read(ev.offset / page, end).0;
             o.stats.hinted_read += used;
+            if o.hinted.is_empty() && still(ev.fd, ev.gen) {
+                crate::quiet::hints_taken(ev.fd);
+            }
         }
         if mode() == Mode::Trace {
             let _ = writeln!(
@@ -687,6 +690,7 @@ impl State {
                 rustix::fs::fadvise(bfd, off, NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
             o.hinted
                 .hinted(off / page, (off + len) / page, HINTED_SET_MAX);
+            crate::quiet::hinted(ev.fd, off, off + len);
         }
         o.stats.hints += runs.len() as u64;
         o.stats.hinted_pages += pages;
