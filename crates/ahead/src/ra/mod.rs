@@ -422,6 +422,14 @@ pub trait Policy: Send {
     }
     /// Called at the start of every request, before any decision.
     fn begin(&mut self, _req: Request) {}
+    /// Whether the request just begun continued a stream the policy
+    /// follows (forward, backward, strided), rather than starting one or
+    /// landing inside one's window: only such requests show that a
+    /// pattern foreseen holds ([`budget::HINT_EVIDENCE_PAGES`]). Policies
+    /// of one state per file: always.
+    fn continues_stream(&self) -> bool {
+        true
+    }
     /// The decision: given the request from the trigger page on, what to
     /// read. `None`: nothing beyond what the request needs.
     fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window>;

@@ -147,6 +147,8 @@ pub(crate) struct StreamTable {
     /// Streams just split from interleaved readers (`split_rows`) whose
     /// first windows are still to go out ([`Policy::more`]).
     split: Vec<usize>,
+    /// The request begun last continued a stream ([`Policy::continues_stream`]).
+    continued: bool,
 }
 
 impl StreamTable {
@@ -165,6 +167,7 @@ impl StreamTable {
             rearm_need: REARM_RUN,
             read_through_ratio: config.read_through_ratio(),
             split: Vec::new(),
+            continued: false,
         }
     }
 
@@ -291,10 +294,12 @@ impl Policy for StreamTable {
                 Match::Forward | Match::Backward | Match::Stride | Match::Jitter
             ))
         );
+        self.continued = continues;
         if !continues && self.split_rows(req) {
             found = self.find(req);
         } else if !continues {
             if let Some(slot) = self.next_sweep(req) {
+                self.continued = true;
                 self.current = Some(slot);
                 return;
             }
@@ -405,6 +410,10 @@ impl Policy for StreamTable {
             return Some(self.record(slot, w, s.last));
         }
         None
+    }
+
+    fn continues_stream(&self) -> bool {
+        self.continued
     }
 
     fn admitted(&mut self, decided: Window, admitted: Option<Window>) {

@@ -93,11 +93,17 @@ impl<P: Policy> Policy for Budgeted<P> {
         self.inner.demand_fill()
     }
     fn begin(&mut self, req: Request) {
-        self.budget.credit(req);
         if let Some(k) = &mut self.kernel {
             k.begin(req);
         }
         self.inner.begin(req);
+        // After the policy's own: whether the request continued one of
+        // its streams decides whether foreseen pages it takes are evidence.
+        let shows = self.inner.continues_stream();
+        self.budget.credit_as(req, shows);
+    }
+    fn continues_stream(&self) -> bool {
+        self.inner.continues_stream()
     }
     fn decide(&mut self, req: Request, trigger: Trigger, view: &dyn CacheView) -> Option<Window> {
         // The kernel would find only its own markers.
