@@ -356,15 +356,9 @@ impl Budget {
         self.credit_as(req, true);
     }
 
-    /// [`Budget::credit`], where `shows` says whether the request
-    /// continued the stream that foresaw what it takes
-    /// ([`crate::ra::Policy::continues_stream`]): foreseen pages taken
-    /// otherwise (a read that landed in a window by chance) are no
-    /// evidence, and count as foreseen and not read. A range of an aged
-    /// sqlite3 index read 698 pages of 32 KiB in no order over a 3.4 MB
-    /// file: the reads covered most windows the policy foresaw sooner or
-    /// later, the credit was granted, and 8 of its 32 pages hinted were
-    /// read (generator seed 85, case 5).
+    /// [`Budget::credit`]; foreseen pages taken count as evidence only
+    /// if `shows` ([`crate::ra::Policy::continues_stream`]), else as
+    /// foreseen and not read (docs/never-worse.md, seed 85).
     pub(crate) fn credit_as(&mut self, req: Request, shows: bool) {
         self.charged_now.clear();
         self.foreseen_now.clear();
@@ -515,7 +509,7 @@ impl Budget {
         let admitted = match cut {
             None => window,
             Some(p) => {
-                if kept < floor.map_or(0, |f| reads_ahead(&f, req, view)) {
+                if kept < floor.map_or(0, |f| walk::reads_ahead(&f, req, view)) {
                     return self.read_floor(floor, req, view);
                 }
                 if kept == 0 {
@@ -684,21 +678,6 @@ impl Budget {
         }
         Some(f)
     }
-}
-
-/// The pages `w` reads ahead of `req` that are not present.
-fn reads_ahead(w: &Window, req: Request, view: &dyn CacheView) -> u64 {
-    let spec = Spec {
-        window: w,
-        whole: false,
-        req,
-    };
-    let (mut n, mut p) = (0, w.start);
-    while let Some((a, b)) = spec.run_up(p, w.end(), &[], view, u64::MAX) {
-        n += b - a;
-        p = b;
-    }
-    n
 }
 
 mod budgeted;

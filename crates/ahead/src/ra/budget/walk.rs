@@ -291,6 +291,21 @@ pub(super) fn pieces(
     })
 }
 
+/// The pages `w` reads ahead of `req` that are not present.
+pub(super) fn reads_ahead(w: &Window, req: Request, view: &dyn CacheView) -> u64 {
+    let spec = Spec {
+        window: w,
+        whole: false,
+        req,
+    };
+    let (mut n, mut p) = (0, w.start);
+    while let Some((a, b)) = spec.run_up(p, w.end(), &[], view, u64::MAX) {
+        n += b - a;
+        p = b;
+    }
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
