@@ -182,6 +182,41 @@ pub(crate) fn hinted(fd: std::ffi::c_int, from: u64, to: u64) {
     slot.hinted.store(span.0 | span.1 << 32, Ordering::Relaxed);
 }
 
+/// Leaves out of `runs`, byte ranges about to be hinted, what the
+/// descriptor's forward sweep has already read (from where it began up to
+/// its front, in whole pages of `page` bytes): the reader may be well past
+/// the read the helper is answering, and pages it read through passed-over
+/// reads are cached, not to be hinted or counted. Returns the pages left
+/// out.
+pub(crate) fn unswept(fd: std::ffi::c_int, runs: &mut Vec<(u64, u64)>, page: u64) -> u64 {
+    let Some(slot) = crate::slot(fd) else {
+        return 0;
+    };
+    let sw = &slot.sweep;
+    let (start, front) = (
+        sw.start.load(Ordering::Relaxed),
+        sw.front.load(Ordering::Relaxed),
+    );
+    let dense = sw.bytes.load(Ordering::Relaxed).saturating_mul(8)
+        >= front.saturating_sub(start).saturating_mul(7);
+    if sw.reads.load(Ordering::Relaxed) < ahead::ra::hints::preload::SWEEP_RUN || !dense {
+        return 0;
+    }
+    let front = front.div_ceil(page.max(1)) * page.max(1);
+    let mut cut = 0;
+    runs.retain_mut(|(off, len)| {
+        if *off < start || *off >= front {
+            return true;
+        }
+        let n = (front - *off).min(*len);
+        cut += n;
+        *off += n;
+        *len -= n;
+        *len > 0
+    });
+    cut / page.max(1)
+}
+
 /// Every hinted page of the descriptor's file has been read.
 pub(crate) fn hints_taken(fd: std::ffi::c_int) {
     let Some(slot) = crate::slot(fd) else { return };

@@ -685,6 +685,7 @@ impl State {
         // (a hint that loses the race with a close is advice to whatever
         // file took the number: it reads pages, never changes them).
         let bfd = unsafe { BorrowedFd::borrow_raw(ev.fd) };
+        let pages = pages - crate::quiet::unswept(ev.fd, runs, page);
         for &(off, len) in runs.iter() {
             let _ =
                 rustix::fs::fadvise(bfd, off, NonZeroU64::new(len), rustix::fs::Advice::WillNeed);
