@@ -168,11 +168,16 @@ fn unit(at: u64) -> u64 {
     (at >> 12).min(u64::from(u32::MAX))
 }
 
+/// The first 4 KiB unit at or past byte `at`.
+fn unit_up(at: u64) -> u64 {
+    unit(at.saturating_add(4095))
+}
+
 /// The helper hinted bytes `[from, to)` of the descriptor's file: the
 /// span of hinted pages waiting to be read grows to cover them.
 pub(crate) fn hinted(fd: std::ffi::c_int, from: u64, to: u64) {
     let Some(slot) = crate::slot(fd) else { return };
-    let (lo, hi) = (unit(from), unit(to.saturating_add(4095)).max(1));
+    let (lo, hi) = (unit(from), unit_up(to).max(1));
     let old = slot.hinted.load(Ordering::Relaxed);
     let span = if old == NO_HINTS {
         (lo, hi)
@@ -202,7 +207,8 @@ pub(crate) fn unswept(fd: std::ffi::c_int, runs: &mut Vec<(u64, u64)>, page: u64
     if sw.reads.load(Ordering::Relaxed) < ahead::ra::hints::preload::SWEEP_RUN || !dense {
         return 0;
     }
-    let front = front.div_ceil(page.max(1)) * page.max(1);
+    let page = page.max(1);
+    let front = front.div_ceil(page) * page;
     let mut cut = 0;
     runs.retain_mut(|(off, len)| {
         if *off < start || *off >= front {
@@ -214,7 +220,7 @@ pub(crate) fn unswept(fd: std::ffi::c_int, runs: &mut Vec<(u64, u64)>, page: u64
         *len -= n;
         *len > 0
     });
-    cut / page.max(1)
+    cut / page
 }
 
 /// Every hinted page of the descriptor's file has been read.
@@ -229,9 +235,7 @@ pub(crate) fn hints_taken(fd: std::ffi::c_int) {
 /// waiting to be read.
 fn hints_out(slot: &Slot, offset: u64, end: u64) -> bool {
     let span = slot.hinted.load(Ordering::Relaxed);
-    span != NO_HINTS
-        && unit(offset) < span >> 32
-        && unit(end.saturating_add(4095)) > span & 0xffff_ffff
+    span != NO_HINTS && unit(offset) < span >> 32 && unit_up(end) > span & 0xffff_ffff
 }
 
 /// The helper's verdict on a read it was sent: whether the policy was at

@@ -247,10 +247,9 @@ impl PageCache {
     /// freed by a pin's release, or `timeout` passes.
     pub(crate) fn wait<'a>(
         &self,
-        guard: MutexGuard<'a, Inner>,
+        mut guard: MutexGuard<'a, Inner>,
         timeout: std::time::Duration,
     ) -> MutexGuard<'a, Inner> {
-        let mut guard = guard;
         guard.waiting += 1;
         let mut guard = self.changed.wait_timeout(guard, timeout).unwrap().0;
         guard.waiting -= 1;
