@@ -16,9 +16,11 @@ use std::time::{Duration, Instant};
 use ahead::io::{AlignedBuf, Backend, IoBuf, ReadOp};
 use ahead::{Engine as AheadEngine, EngineConfig};
 
+mod alternate;
 mod cycles;
 mod object;
 mod prepare;
+pub use alternate::run_alternated;
 use object::run_url;
 pub use prepare::evict;
 use prepare::prepare;
