@@ -117,13 +117,24 @@ fn every_read_and_write_path_copies_exactly_and_leaves_the_cache_as_it_was() {
             set_scene();
         };
         assert_eq!(cached(&dst), 0);
-        let sum = ahead::copy::checksum_file(&src, &Default::default()).unwrap();
-        assert_eq!(v["checksum"], sum.as_str());
-        assert_eq!(
-            runs(&cached_map(&src)),
-            runs(&want),
-            "checksum_file is not neutral"
-        );
+        // The checksum leaves the source's cache as it found it. This
+        // machine reclaims pages untouched for about 3 s, so a page gone
+        // may be the reclaimer's: the scene is set again, as above.
+        for attempt in 1.. {
+            let sum = ahead::copy::checksum_file(&src, &Default::default()).unwrap();
+            assert_eq!(v["checksum"], sum.as_str());
+            let after = runs(&cached_map(&src));
+            if after == runs(&want) {
+                break;
+            }
+            assert!(
+                attempt < 3,
+                "{extra:?}: checksum_file is not neutral: {after:?} against {:?}",
+                runs(&want)
+            );
+            eprintln!("{extra:?}: attempt {attempt} of the checksum saw the cache change, again");
+            set_scene();
+        }
         same_bytes(&src, &dst);
         assert!(leftovers(dir.path()).is_empty());
         eprintln!(
