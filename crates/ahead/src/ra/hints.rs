@@ -71,37 +71,19 @@ pub mod preload {
     /// every read, so it must stop looking where looking finds nothing.
     pub const MUTE_AFTER: u32 = 512;
 
-    /// While muted, reads come in cycles of this many at first ...
+    /// While muted, reads come in cycles of this many ...
     pub const MUTE_CYCLE: u32 = 512;
 
     /// ... of which the last this many are sent, for the policy to look
-    /// again: a stream that starts while muted is seen within a cycle,
-    /// and one hint ends the muting.
+    /// again: a stream that starts while muted is seen within a cycle
+    /// (at 4 KiB reads, 2 MiB), and one hint ends the muting.
     pub const MUTE_LOOK: u32 = 64;
-
-    /// Each look that finds nothing doubles the cycle, up to this many
-    /// times: the looks end at the 512th, 1,024th, 2,048th and 4,096th
-    /// read counted while muted, then at every 4,096th (at 4 KiB reads,
-    /// a stream that starts after that is seen within 16 MiB). The more
-    /// looks a file has wasted, the less likely the next one finds a
-    /// stream: a Python program bisecting a sorted text file 1,000 times
-    /// (generator seed 87, case 0; 14,000 reads at random) sent 2,136 of
-    /// them with cycles of 512, the helper's policy taking 6 ms of CPU
-    /// beside 0.2 s of program, for no hint.
-    pub const MUTE_DOUBLINGS: u32 = 3;
 
     /// Whether the `nth` read (counted from 0 by the caller while muted)
     /// is passed over, the helper having found nothing to hint for the
-    /// last `idle` reads it was sent. The cycles' lengths are powers of
-    /// two, each a multiple of the one before, so a doubling that comes
-    /// at the end of a look (where `idle` grows) starts a whole cycle.
+    /// last `idle` reads it was sent.
     pub fn muted(idle: u32, nth: u32) -> bool {
-        if idle < MUTE_AFTER {
-            return false;
-        }
-        let looks = (idle - MUTE_AFTER) / MUTE_LOOK;
-        let cycle = MUTE_CYCLE << looks.min(MUTE_DOUBLINGS);
-        nth % cycle < cycle - MUTE_LOOK
+        idle >= MUTE_AFTER && nth % MUTE_CYCLE < MUTE_CYCLE - MUTE_LOOK
     }
 
     /// One descriptor's reads as a forward sweep: a run of reads that each

@@ -309,41 +309,6 @@ fn muted_reads_pass_in_cycles_with_a_run_sent_in_each() {
     assert!((MUTE_CYCLE - MUTE_LOOK..MUTE_CYCLE).all(|n| !muted(MUTE_AFTER, n)));
 }
 
-/// The preload's side of muting, played out: reads counted while muted,
-/// the ones sent each making the helper's `idle` one longer (it finds
-/// nothing). Each look is a run of [`preload::MUTE_LOOK`] reads at the
-/// end of a cycle, and the cycles grow to a bound.
-#[test]
-fn each_look_that_finds_nothing_doubles_the_next_cycle_up_to_a_bound() {
-    use preload::{muted, MUTE_AFTER, MUTE_CYCLE, MUTE_DOUBLINGS, MUTE_LOOK};
-    let mut idle = MUTE_AFTER;
-    let mut sent = Vec::new();
-    for nth in 0..40_000u32 {
-        if !muted(idle, nth) {
-            sent.push(nth);
-            idle += 1;
-        }
-    }
-    // Runs of MUTE_LOOK reads, each ending a cycle.
-    let ends: Vec<u32> = sent
-        .chunks(MUTE_LOOK as usize)
-        .map(|c| c[c.len() - 1] + 1)
-        .collect();
-    assert!(sent
-        .chunks(MUTE_LOOK as usize)
-        .all(|c| c.len() == MUTE_LOOK as usize && c[c.len() - 1] - c[0] == MUTE_LOOK - 1));
-    // The looks end at the 512th, 1,024th, 2,048th and 4,096th read
-    // counted, and then at every 4,096th.
-    let longest = MUTE_CYCLE << MUTE_DOUBLINGS;
-    let mut want: Vec<u32> = (0..=MUTE_DOUBLINGS).map(|d| MUTE_CYCLE << d).collect();
-    while want[want.len() - 1] + longest <= 40_000 {
-        want.push(want[want.len() - 1] + longest);
-    }
-    assert_eq!(ends, want);
-    // In the long run, one read in longest / MUTE_LOOK is sent.
-    assert_eq!(want[want.len() - 1] - want[want.len() - 2], longest);
-}
-
 /// Reads in no order that in the end read most of a small file: sqlite3
 /// counting a range of an aged table's index (32 KiB pages in key order,
 /// which is no order on disk, over a 3.4 MB file; generator seed 85, case
