@@ -16,8 +16,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::{
-    ahead_reads, kernel_reads, parts_for, percentiles, prepare, AheadEngine, Clock, Engine,
-    Measurement, Workload,
+    ahead_counters, ahead_reads, kernel_reads, parts_for, percentiles, prepare, AheadEngine, Clock,
+    Engine, Measurement, Workload,
 };
 
 /// One engine's open file and what its slices added up to.
@@ -129,15 +129,7 @@ pub fn run_alternated(
                     ..Measurement::default()
                 };
                 if let Reader::Ahead { engine, file, .. } = &s.reader {
-                    m.stats = Some(if file.mode() == ahead::Mode::Direct {
-                        let _ = file.stats();
-                        engine.stats()
-                    } else {
-                        file.stats()
-                    });
-                    m.direct = file.is_direct();
-                    m.fixed_reads = Some(engine.fixed_reads());
-                    m.huge_pages = Some(engine.huge_pages());
+                    ahead_counters(&mut m, engine, file);
                 }
                 m
             })

@@ -361,6 +361,12 @@ fn measure_ahead(
             ahead_reads(file, zero_copy, w.bs, offs, lat)
         })?
     };
+    ahead_counters(&mut m, eng, file);
+    Ok(m)
+}
+
+/// What ahead's engine and file counted, into a measurement of them.
+fn ahead_counters(m: &mut Measurement, eng: &AheadEngine, file: &ahead::File) {
     m.stats = Some(if file.mode() == ahead::Mode::Direct {
         // The file's own first, which counts the first uses the lock-free
         // hit path left for its policy's next look (`Engine::stats`).
@@ -375,7 +381,6 @@ fn measure_ahead(
     m.readahead_tuning = eng.readahead_tuning();
     m.huge_pages = Some(eng.huge_pages());
     m.remote = file.remote_stats();
-    Ok(m)
 }
 
 /// Spreads one stream over `depth` threads (round-robin), so that the
