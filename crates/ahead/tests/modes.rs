@@ -222,7 +222,11 @@ fn buffered_probes_a_cached_file_and_stops_probing_a_file_that_never_hits() {
     }
     let s = f.stats();
     assert_eq!(s.requests, 1000);
-    assert_eq!(s.backend_reads + s.nowait_hits, 1000, "{s:?}");
+    assert_eq!(
+        s.backend_reads + s.nowait_hits + s.plain_reads,
+        1000,
+        "{s:?}"
+    );
     // Wasted probes are bounded by what the probes found. On a kernel whose
     // RWF_NOWAIT miss returns EAGAIN having started nothing, a cold probe
     // never hits and at most a fifth of the reads probe. Some kernels (seen
@@ -279,7 +283,7 @@ fn buffered_hints_follow_a_backward_reader_and_leave_forward_ones_to_the_kernel(
     assert!(s.hints > 0 && s.hinted_pages > 1000, "{s:?}");
     if back.uses_nowait() {
         // The hints ran ahead of the reader: most reads were served inline.
-        assert!(s.nowait_hits * 2 > s.requests, "{s:?}");
+        assert!((s.nowait_hits + s.plain_reads) * 2 > s.requests, "{s:?}");
     }
     let fwd = open(&e, &p, Mode::Buffered);
     for i in 0..size / 4096 {
@@ -381,4 +385,58 @@ fn uncached_leaves_the_kernel_cache_as_it_found_it() {
         assert!(ok, "{last}");
         eprintln!("{last}");
     }
+}
+
+/// A file whose probes all hit is read with plain `pread`s, every 16th
+/// read still probed; once its pages are gone, a probe within 16 reads
+/// misses and ends that, and every byte read is right throughout.
+#[test]
+fn buffered_reads_a_file_its_probes_always_found_cached_without_probing_and_notices_eviction() {
+    let dir = scratch();
+    let size = 16u64 << 20;
+    let p = gen(dir.path(), "f", size);
+    let e = engine(BackendKind::Auto);
+    let f = open(&e, &p, Mode::Buffered);
+    if !f.uses_nowait() {
+        eprintln!("SKIP: no RWF_NOWAIT here: {:?}", ahead::features::nowait());
+        return;
+    }
+    let fd = std::fs::File::open(&p).unwrap();
+    ahead::residency::warm(&fd, 0, size).unwrap();
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut buf = vec![0u8; 16 << 10];
+    let mut read = |n: usize| {
+        for _ in 0..n {
+            let off = rng.u64(0..size / 16384) * 16384;
+            assert_eq!(f.read_at(&mut buf, off).unwrap(), buf.len());
+            assert_eq!(testdata::first_mismatch(&buf, off), None);
+        }
+        f.stats()
+    };
+    let s = read(640);
+    assert_eq!(s.requests, 640);
+    assert_eq!(
+        s.nowait_hits + s.backend_reads + s.plain_reads,
+        640,
+        "{s:?}"
+    );
+    assert_eq!(s.bytes, 640 * 16384);
+    // The first 64 probe; of the rest, 15 in 16 are plain.
+    assert!(s.plain_reads >= 500, "{s:?}");
+    assert!(s.nowait_probes >= 64 + 30, "{s:?}");
+    // Gone from the cache: a probe within 16 reads misses, and the reads
+    // after it probe again.
+    ahead::residency::evict(&fd, 0, 0).unwrap();
+    let before = s;
+    let s = read(64);
+    let probes = s.nowait_probes - before.nowait_probes;
+    let plain = s.plain_reads - before.plain_reads;
+    if s.nowait_hits - before.nowait_hits == probes {
+        // Some kernels start the read on a RWF_NOWAIT miss and a fast
+        // device finishes it inside the call: every probe hit.
+        eprintln!("note: every probe hit after the eviction here");
+        return;
+    }
+    assert!(plain <= 15, "{plain} plain reads after the eviction: {s:?}");
+    assert!(s.backend_reads > before.backend_reads, "{s:?}");
 }

@@ -44,6 +44,11 @@ pub struct Stats {
     pub nowait_hits: u64,
     /// Buffered mode: bytes served by probes, on the caller's thread.
     pub inline_bytes: u64,
+    /// Buffered mode: blocking reads served by a plain `pread` with no
+    /// probe, the file's last 64 probes or more having all hit (every
+    /// 16th read still probes). Requests are `nowait_hits`,
+    /// `backend_reads` and these.
+    pub plain_reads: u64,
     /// Buffered and Uncached modes: reads (or rests of reads) that went to
     /// a blocking read — the backend, or the caller's thread for the
     /// blocking API, which waits anyway.
@@ -68,7 +73,7 @@ impl Stats {
     }
 
     /// The counters as (name, value) pairs, for reports and JSON.
-    pub fn fields(&self) -> [(&'static str, u64); 22] {
+    pub fn fields(&self) -> [(&'static str, u64); 23] {
         [
             ("requests", self.requests),
             ("bytes", self.bytes),
@@ -87,6 +92,7 @@ impl Stats {
             ("nowait_probes", self.nowait_probes),
             ("nowait_hits", self.nowait_hits),
             ("inline_bytes", self.inline_bytes),
+            ("plain_reads", self.plain_reads),
             ("backend_reads", self.backend_reads),
             ("hints", self.hints),
             ("hinted_pages", self.hinted_pages),

@@ -114,6 +114,9 @@ struct Counters {
     backend_ns: AtomicU64,
     /// Requests for nothing (no probe, no backend read).
     empty_requests: AtomicU64,
+    /// Reads of a trusted file served by a plain `pread`, and their bytes.
+    plain_reads: AtomicU64,
+    plain_bytes: AtomicU64,
     hints: AtomicU64,
     hinted_pages: AtomicU64,
 }
@@ -143,6 +146,9 @@ pub(super) struct KernelFile {
     ratio: AtomicU32,
     /// Reads since the last probe while probing is off.
     skipped: AtomicU32,
+    /// Probes in a row that hit, and the trusted reads after them
+    /// ([`buffered::TRUST_AFTER`]).
+    streak: AtomicU32,
     /// The readahead policy and the pages it has seen, for hints.
     hints: Option<Mutex<ra::hints::Hinter>>,
     hinter: Option<Sender<Hint>>,
@@ -207,6 +213,7 @@ impl KernelFile {
             snapshot,
             ratio: AtomicU32::new(RATIO_ONE),
             skipped: AtomicU32::new(0),
+            streak: AtomicU32::new(0),
             hinter: if hints.is_some() { hinter } else { None },
             hints,
             last_end: AtomicU64::new(0),
@@ -245,8 +252,12 @@ impl KernelFile {
         let c = &self.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Stats {
-            requests: l(&c.probe_hits) + l(&c.backend_reads) + l(&c.empty_requests),
-            bytes: l(&c.inline_bytes) + l(&c.backend_bytes),
+            requests: l(&c.probe_hits)
+                + l(&c.backend_reads)
+                + l(&c.empty_requests)
+                + l(&c.plain_reads),
+            bytes: l(&c.inline_bytes) + l(&c.backend_bytes) + l(&c.plain_bytes),
+            plain_reads: l(&c.plain_reads),
             nowait_probes: l(&c.probe_hits) + l(&c.probe_misses),
             nowait_hits: l(&c.probe_hits),
             inline_bytes: l(&c.inline_bytes),
@@ -291,6 +302,15 @@ impl KernelFile {
     /// Reads up to `buf.len()` bytes at `offset`, blocking: the probe, then
     /// the rest on this thread.
     pub(super) fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        if !buf.is_empty() && self.trusted() {
+            // Every recent probe hit: a plain pread, as the kernel's own
+            // path is, its readahead included should the page be gone.
+            self.hint(offset, buf.len(), true);
+            let got = self.read_blocking(buf, offset)?;
+            add(&self.counters.plain_reads, 1);
+            add(&self.counters.plain_bytes, got as u64);
+            return Ok(got);
+        }
         let done = self.probe(buf, offset);
         self.hint(offset, buf.len(), done == buf.len());
         let mut n = done;
