@@ -44,6 +44,7 @@ fn read_json_carries_the_buffered_counters() {
         "nowait_probes",
         "nowait_hits",
         "inline_bytes",
+        "plain_reads",
         "backend_reads",
         "hints",
     ] {

@@ -55,12 +55,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let s = file.stats();
         println!(
-            "{mode:<9} {:.3} s; requests {}, probes {} (hits {}), blocking reads {}, hints {}, \
-             device reads {}; afterwards {}",
+            "{mode:<9} {:.3} s; requests {}, probes {} (hits {}), plain reads {}, blocking reads {}, \
+             hints {}, device reads {}; afterwards {}",
             started.elapsed().as_secs_f64(),
             s.requests,
             s.nowait_probes,
             s.nowait_hits,
+            s.plain_reads,
             s.backend_reads,
             s.hints,
             s.device_reads,
