@@ -62,8 +62,12 @@ macro_rules! preload_interface {
                 mmap64(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
                 munmap(*mut c_void, size_t) -> c_int;
             }
-            // The shim only.
-            shim {}
+            // The shim only: the ends of a process that skip its exit
+            // handlers (the shim has the core write its outputs first).
+            shim {
+                _exit(c_int) -> ();
+                _Exit(c_int) -> ();
+            }
         );
     };
     (@pick core [$($m:tt)*] both { $($b:tt)* } shim { $($s:tt)* }) => {

@@ -395,12 +395,24 @@ extern "C" fn init() {
         quiet::STATS.store(stats.is_some(), Ordering::Relaxed);
         helper::install(helper::Config { stats, trace });
         MODE.store(mode as u8, Ordering::Release);
+        PID.store(
+            rustix::process::getpid().as_raw_nonzero().get(),
+            Ordering::Relaxed,
+        );
         // SAFETY: registering plain functions.
         unsafe {
             libc::pthread_atfork(None, None, Some(after_fork_child));
         }
     });
 }
+
+/// The process this library's state belongs to: set at load and in a
+/// child after `fork` (the fork handler). A `vfork` child, which shares
+/// the parent's memory and runs no fork handler, has another pid.
+static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The outputs were written (at `_exit` or at exit, whichever came first).
+static FINISHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Runs `f` with this thread marked as inside the library.
 pub(crate) fn busy_during<T>(f: impl FnOnce() -> T) -> T {
@@ -434,14 +446,54 @@ pub extern "C" fn ahead_core_held(fd: c_int, offset: u64, len: u64) {
 }
 
 extern "C" fn after_fork_child() {
+    PID.store(
+        rustix::process::getpid().as_raw_nonzero().get(),
+        Ordering::Relaxed,
+    );
+    FINISHED.store(false, Ordering::Relaxed);
     helper::after_fork();
 }
 
 extern "C" fn fini() {
+    finish();
+}
+
+/// What a process does at its end: uncached mode's restoring, and the
+/// statistics and trace written. Once per process.
+fn finish() {
+    if FINISHED.swap(true, Ordering::AcqRel) {
+        return;
+    }
     if mode() == Mode::Uncached {
         busy_during(uncached::at_exit);
     }
     helper::at_exit();
+}
+
+/// Called by the shim's `_exit` and `_Exit`, which end a process without
+/// the exit handlers that call `fini`: fio's job processes and Python's
+/// `os._exit` in `multiprocessing`'s children end so, and their files'
+/// statistics and traces were lost. Does nothing in a `vfork` child (it
+/// shares its parent's memory: this library's state is the parent's) or
+/// where any signal is blocked, as it is in a signal handler: the outputs
+/// are written with allocations and locks, which a handler must not take.
+#[no_mangle]
+pub extern "C" fn ahead_core_exit() {
+    if PID.load(Ordering::Relaxed) != rustix::process::getpid().as_raw_nonzero().get() {
+        return;
+    }
+    // SAFETY: an all-zero sigset_t is valid; pthread_sigmask with no new
+    // set only reads the calling thread's mask into `old`, and sigismember
+    // reads it.
+    let blocked = unsafe {
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut old) != 0
+            || (1..=64).any(|sig| libc::sigismember(&old, sig) == 1)
+    };
+    if blocked {
+        return;
+    }
+    busy_during(finish);
 }
 
 #[used]

@@ -438,6 +438,57 @@ hook!(mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int,
 hook!(mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
 hook!(munmap(addr: *mut c_void, len: size_t) -> c_int, Wants::Nothing, -1);
 
+// The ends of a process that skip its exit handlers: the core writes its
+// outputs first (`ahead_core_exit`), then the C library's ends it.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // SAFETY: passed on to the C library's function of the same name.
+    unsafe { end(&NEXT, c"_exit", status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    // SAFETY: as above.
+    unsafe { end(&NEXT, c"_Exit", status) }
+}
+
+/// `_exit` or `_Exit` (`name`): the core's outputs written if it is
+/// loaded, then the next definition called; it does not return (the exit
+/// system call if there is none).
+unsafe fn end(next: &AtomicUsize, name: &CStr, status: c_int) -> ! {
+    if STATE.load(Ordering::Acquire) == LOADED {
+        let handle = HANDLE.load(Ordering::Acquire) as *mut c_void;
+        // SAFETY: a live handle and a NUL-terminated name.
+        let p = unsafe { libc::dlsym(handle, c"ahead_core_exit".as_ptr()) };
+        if !p.is_null() {
+            // SAFETY: the core's `ahead_core_exit` has this signature.
+            let f = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn()>(p) };
+            // SAFETY: it takes nothing and checks for itself whether it
+            // may act (a vfork child, a signal handler).
+            unsafe { f() };
+        }
+    }
+    let mut p = next.load(Ordering::Relaxed);
+    if p == 0 {
+        // SAFETY: a NUL-terminated name; RTLD_NEXT from a shared object.
+        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
+        next.store(p, Ordering::Relaxed);
+    }
+    if p != 0 {
+        // SAFETY: the C library's `_exit`/`_Exit` take the status and do
+        // not return.
+        let f = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> !>(p) };
+        // SAFETY: ends the process with the caller's status.
+        unsafe { f(status) }
+    }
+    loop {
+        // SAFETY: ends the process; it does not return.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
 /// `new` is a duplicate of `old`: the two share one position, which
 /// either may move.
 fn shared(old: c_int, new: c_int) {
