@@ -100,7 +100,7 @@ pub fn run(args: RunArgs) -> Result<()> {
 
 /// Runs `ahead trace`: only returns on an error.
 pub fn trace(args: TraceArgs) -> Result<()> {
-    let mut header = b"# ahead trace: OFFSET LENGTH STREAM file=PID:N tid=TID t=NS; '# file PID:N SIZE PATH' names a file, '# readahead PID:N BYTES' its device's readahead\n# command:".to_vec();
+    let mut header = b"# ahead trace: OFFSET LENGTH STREAM file=PID:N tid=TID t=NS; '# file PID:N SIZE PATH' names a file, '# readahead PID:N BYTES' its device's readahead, '# advice PID:N WORD' the program's posix_fadvise\n# command:".to_vec();
     for a in &args.cmd {
         header.push(b' ');
         // One line, whatever the arguments hold.

@@ -650,6 +650,65 @@ fn python_cold_under_stats(
     stats_of(&lines, file).clone()
 }
 
+/// `ahead trace` records a program's `posix_fadvise` of a file (`# advice
+/// ID WORD`, after the file's `# file` line), in a forked child that ends
+/// in `_exit` too, as fio's jobs advise and end; a replay reads a file
+/// advised random as the kernel does (sim_cli's
+/// `a_trace_gives_the_programs_advice`).
+#[test]
+fn a_trace_records_the_programs_advice() {
+    let Some((python, dir, file)) = python_and_file("advised.bin", 1 << 20) else {
+        return;
+    };
+    let script = format!(
+        "import os\n\
+         pid = os.fork()\n\
+         if pid == 0:\n\
+         \x20   fd = os.open({file:?}, os.O_RDONLY)\n\
+         \x20   os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)\n\
+         \x20   os.posix_fadvise(fd, 0, 4096, os.POSIX_FADV_WILLNEED)\n\
+         \x20   for i in range(16):\n\
+         \x20       os.pread(fd, 4096, i * 65536)\n\
+         \x20   os._exit(0)\n\
+         os.waitpid(pid, 0)\n",
+        file = s(&file)
+    );
+    let trace = dir.path().join("advice.trace");
+    let o = out(&mut ahead_cmd(&[
+        "trace",
+        "-o",
+        s(&trace),
+        "--",
+        s(&python),
+        "-c",
+        &script,
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let canon = std::fs::canonicalize(&file).unwrap();
+    let id = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# file "))
+        .find(|l| l.ends_with(s(&canon)))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no '# file' line for the file: {text}"));
+    let advice: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# advice "))
+        .filter(|l| l.starts_with(&format!("{id} ")))
+        .collect();
+    assert_eq!(
+        advice,
+        [format!("{id} random"), format!("{id} willneed")],
+        "{text}"
+    );
+    let reads = text
+        .lines()
+        .filter(|l| l.contains(&format!("file={id} ")))
+        .count();
+    assert_eq!(reads, 16, "{text}");
+}
+
 /// A process that ends with `_exit`, skipping its exit handlers, still
 /// writes its statistics: fio's job processes and `multiprocessing`'s
 /// children end so, and their lines were missing. Here a forked child reads

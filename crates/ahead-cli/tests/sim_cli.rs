@@ -182,6 +182,58 @@ fn a_trace_gives_the_kernels_readahead() {
     assert!(stderr(&o).contains("readahead 'lots'"), "{}", stderr(&o));
 }
 
+/// A trace's `# advice ID random` line replays the file as the kernel
+/// reads one advised `POSIX_FADV_RANDOM`: each miss as asked. Runs of 32
+/// sequential 64 KiB reads at scattered offsets (fio's `rw=randread:32`,
+/// which advises random): the kernel's policy reads ahead of each run
+/// without the line, and reads only what is asked with it. `sequential`
+/// doubles the kernel's window.
+#[test]
+fn a_trace_gives_the_programs_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.trace");
+    let mut reads = String::new();
+    for run in 0..64u64 {
+        let start = (run * 37 % 64) * (4 << 20);
+        for i in 0..32u64 {
+            reads.push_str(&format!("{} 65536 3 file=7:1\n", start + i * 65536));
+        }
+    }
+    let replay = |advice: &str| {
+        let text =
+            format!("# file 7:1 268435456 /data/f\n# readahead 7:1 1048576\n{advice}{reads}");
+        std::fs::write(&trace, text).unwrap();
+        let o = ahead(&[
+            "sim",
+            "replay",
+            trace.to_str().unwrap(),
+            "--policy",
+            "ondemand",
+            "--device",
+            "fast",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0].clone()
+    };
+    let amp = |r: &serde_json::Value| r["read_amplification"].as_f64().unwrap();
+    let plain = replay("");
+    let random = replay("# advice 7:1 random\n");
+    let sequential = replay("# advice 7:1 sequential\n");
+    assert!(amp(&plain) > 1.05, "{plain}");
+    assert!((amp(&random) - 1.0).abs() < 0.01, "{random}");
+    assert_eq!(sequential["max_readahead_kib"], 2048, "{sequential}");
+    assert_eq!(random["max_readahead_kib"], 1024, "{random}");
+    // Advice on a range leaves the file as it was; a bad line is an error.
+    let willneed = replay("# advice 7:1 willneed\n");
+    assert_eq!(amp(&willneed), amp(&plain), "{willneed}");
+    std::fs::write(&trace, "# advice 7:1\n0 4096\n").unwrap();
+    let o = ahead(&["sim", "replay", trace.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("# advice ID WORD"), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_input_is_one_line_and_nonzero() {
     let dir = tempfile::tempdir().unwrap();

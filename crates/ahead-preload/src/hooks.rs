@@ -538,6 +538,34 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     }
 }
 
+// ---- advice (recorded in a trace, for a replay's kernel) ----
+
+/// `posix_fadvise` and its 64-bit twin: the real call, then, in a trace,
+/// the advice taken on a regular file noted (a replay reads a file advised
+/// random as the kernel then does, each miss as asked).
+macro_rules! fadvise_hook {
+    ($name:ident, $off:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, off: $off, len: $off, advice: c_int) -> c_int {
+            let Some(real) = real!($name: fn(c_int, $off, $off, c_int) -> c_int) else {
+                return libc::ENOSYS;
+            };
+            // SAFETY: the caller's arguments, passed on unchanged.
+            let r = unsafe { real(fd, off, len, advice) };
+            if r == 0 && matches!(mode(), Mode::Trace) && may_act() {
+                let e = crate::errno();
+                if let Some((_, gen)) = regular(fd) {
+                    helper::note(Kind::Advise, fd, gen, advice.max(0) as u64, 0);
+                }
+                crate::set_errno(e);
+            }
+            r
+        }
+    };
+}
+fadvise_hook!(posix_fadvise, off_t);
+fadvise_hook!(posix_fadvise64, off64_t);
+
 // ---- mappings (counted: reads through them are not seen) ----
 
 fn mapped(fd: c_int, addr: *mut c_void, len: size_t, offset: i64) {

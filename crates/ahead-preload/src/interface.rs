@@ -61,6 +61,8 @@ macro_rules! preload_interface {
                 mmap(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
                 mmap64(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
                 munmap(*mut c_void, size_t) -> c_int;
+                posix_fadvise(c_int, off_t, off_t, c_int) -> c_int;
+                posix_fadvise64(c_int, off64_t, off64_t, c_int) -> c_int;
             }
             // The shim only: the ends of a process that skip its exit
             // handlers (the shim has the core write its outputs first).

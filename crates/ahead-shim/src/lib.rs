@@ -438,6 +438,11 @@ hook!(mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int,
 hook!(mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off64_t) -> *mut c_void, Wants::Nothing, libc::MAP_FAILED);
 hook!(munmap(addr: *mut c_void, len: size_t) -> c_int, Wants::Nothing, -1);
 
+// Advice (recorded by the core in a trace). It returns an error number,
+// not -1 and errno.
+hook!(posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS);
+hook!(posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS);
+
 // The ends of a process that skip its exit handlers: the core writes its
 // outputs first (`ahead_core_exit`), then the C library's ends it.
 #[no_mangle]

@@ -11,7 +11,9 @@
 //! **Trace format** (`ahead sim replay` reads it): `#` lines are comments;
 //! `# file ID SIZE PATH` names a file, and `# readahead ID BYTES` gives
 //! the kernel's largest readahead window for its device (sysfs's
-//! `read_ahead_kb`, where sysfs names the device); each read is
+//! `read_ahead_kb`, where sysfs names the device), and `# advice ID WORD`
+//! the program's `posix_fadvise` of it (`random`, `sequential`, `normal`,
+//! `willneed`, `dontneed`, `noreuse`), where it was given; each read is
 //! `OFFSET LENGTH STREAM file=ID tid=TID t=NS`, where STREAM is the
 //! descriptor, ID is `PID:N` (N counts the files a process opened), TID the
 //! thread and NS `CLOCK_MONOTONIC` in nanoseconds. LENGTH is what the read
@@ -36,6 +38,7 @@ use crate::{mode, Mode, RUNTIME};
 pub(crate) mod faults;
 mod report;
 
+pub(crate) use report::at_exit;
 use report::FileStats;
 
 /// Events the queue holds where every read is traced or counted; 2 MiB.
@@ -63,6 +66,8 @@ pub(crate) enum Kind {
     Map,
     /// `[addr, addr + len)` was unmapped (traced only).
     Unmap,
+    /// `posix_fadvise` took the advice in `offset` (traced only).
+    Advise,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -419,52 +424,6 @@ fn helper_loop(rt: &'static Runtime) {
     }
 }
 
-/// At exit: let the helper take what is queued, then write the outputs.
-pub(crate) fn at_exit() {
-    let Some(rt) = runtime() else {
-        // No read ever reached the helper: the process's line alone.
-        if let Some(c) = config() {
-            report::process_line(c, 0, 0);
-        }
-        return;
-    };
-    rt.exiting.store(true, Ordering::SeqCst);
-    if rt.config.stats.is_none() && rt.config.trace.is_none() {
-        // Nothing to count or record: what the helper has not yet taken
-        // are hints for reads this process will no longer make. Waiting
-        // for it to drain them cost `tail -n 1629` of a cached file 6.8 ms
-        // (1.1 ms plain): the helper, woken on the other vCPU of an idle
-        // VM, takes milliseconds to run.
-        return;
-    }
-    if !rt.started.load(Ordering::Acquire) {
-        report::process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), 0);
-        return;
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while !rt.queue.is_empty() && std::time::Instant::now() < deadline {
-        wake(rt, true);
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    loop {
-        match rt.state.try_lock() {
-            Ok(mut st) => {
-                st.finish(&rt.config, rt.dropped.load(Ordering::Relaxed));
-                let cpu = rt.cpu_ns.load(Ordering::Relaxed);
-                report::process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), cpu);
-                return;
-            }
-            Err(std::sync::TryLockError::Poisoned(_)) => return,
-            Err(std::sync::TryLockError::WouldBlock) => {
-                if std::time::Instant::now() >= deadline {
-                    return;
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
-}
-
 /// One open descriptor of a regular file.
 struct Open {
     gen: u32,
@@ -635,6 +594,26 @@ impl State {
         if ev.kind == Kind::Write {
             o.stats.writes += 1;
             o.stats.written += ev.len;
+            return;
+        }
+        if ev.kind == Kind::Advise {
+            if mode() == Mode::Trace {
+                let word = match ev.offset as c_int {
+                    libc::POSIX_FADV_NORMAL => "normal",
+                    libc::POSIX_FADV_RANDOM => "random",
+                    libc::POSIX_FADV_SEQUENTIAL => "sequential",
+                    libc::POSIX_FADV_WILLNEED => "willneed",
+                    libc::POSIX_FADV_DONTNEED => "dontneed",
+                    libc::POSIX_FADV_NOREUSE => "noreuse",
+                    _ => return,
+                };
+                let _ = writeln!(
+                    self.trace,
+                    "# advice {}:{} {word}",
+                    std::process::id(),
+                    o.id
+                );
+            }
             return;
         }
         o.stats.requests += 1;

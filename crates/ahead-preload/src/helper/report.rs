@@ -166,3 +166,49 @@ pub(super) fn append(path: &str, bytes: &[u8]) {
         }
     }
 }
+
+/// At exit: let the helper take what is queued, then write the outputs.
+pub(crate) fn at_exit() {
+    let Some(rt) = runtime() else {
+        // No read ever reached the helper: the process's line alone.
+        if let Some(c) = config() {
+            process_line(c, 0, 0);
+        }
+        return;
+    };
+    rt.exiting.store(true, Ordering::SeqCst);
+    if rt.config.stats.is_none() && rt.config.trace.is_none() {
+        // Nothing to count or record: what the helper has not yet taken
+        // are hints for reads this process will no longer make. Waiting
+        // for it to drain them cost `tail -n 1629` of a cached file 6.8 ms
+        // (1.1 ms plain): the helper, woken on the other vCPU of an idle
+        // VM, takes milliseconds to run.
+        return;
+    }
+    if !rt.started.load(Ordering::Acquire) {
+        process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), 0);
+        return;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !rt.queue.is_empty() && std::time::Instant::now() < deadline {
+        wake(rt, true);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    loop {
+        match rt.state.try_lock() {
+            Ok(mut st) => {
+                st.finish(&rt.config, rt.dropped.load(Ordering::Relaxed));
+                let cpu = rt.cpu_ns.load(Ordering::Relaxed);
+                process_line(&rt.config, rt.dropped.load(Ordering::Relaxed), cpu);
+                return;
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                if std::time::Instant::now() >= deadline {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}

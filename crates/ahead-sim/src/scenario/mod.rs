@@ -323,6 +323,8 @@ struct Setup {
     record: u64,
     memory: u64,
     max_ra_pages: u64,
+    /// The replayed files were advised random ([`ahead::ra::RaConfig::random_advice`]).
+    random_advice: bool,
 }
 
 fn setup(sc: &Scenario, o: &SimOptions) -> Result<Setup, SimError> {
@@ -366,6 +368,7 @@ fn setup(sc: &Scenario, o: &SimOptions) -> Result<Setup, SimError> {
         record,
         memory,
         max_ra_pages: max_ra / PAGE,
+        random_advice: false,
     })
 }
 
@@ -396,6 +399,7 @@ fn engine(s: &Setup, o: &SimOptions, policy: SimPolicy, files: &[u64], bucket: f
             ra: {
                 let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
                 ra.context_readahead = o.context_readahead;
+                ra.random_advice = s.random_advice;
                 ra
             },
             // The kernel splits at the device's max_sectors_kb; 1 MiB is

@@ -35,6 +35,10 @@ pub struct TraceFile {
     /// from a `# readahead ID BYTES` line (`ahead trace` writes one where
     /// sysfs names the device's `read_ahead_kb`).
     pub readahead: Option<u64>,
+    /// The program's last `posix_fadvise` of it that changes the kernel's
+    /// readahead (`random`, `sequential` or `normal`), from a `# advice ID
+    /// WORD` line.
+    pub advice: Option<String>,
 }
 
 /// A parsed trace.
@@ -97,8 +101,9 @@ impl Trace {
 /// Parses a trace: one read per line, `offset length [stream-id]
 /// [file=ID] [tid=N] [t=NS] [map=1]` (`map=1`: a page fault of a mapping), sizes in bytes or with units (`64k`); blank
 /// lines and `#` comments are skipped, except `# file ID SIZE PATH`,
-/// which names a file, and `# readahead ID BYTES`, the kernel's largest
-/// window for its device (`ahead trace` writes all three).
+/// which names a file, `# readahead ID BYTES`, the kernel's largest
+/// window for its device, and `# advice ID WORD`, the program's
+/// `posix_fadvise` of the file (`ahead trace` writes them all).
 pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError> {
     let mut trace = Trace::default();
     // A trace without file= fields reads one file.
@@ -142,6 +147,19 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
             if !plain {
                 let i = trace.file_index(id);
                 trace.files[i].readahead = Some(bytes);
+            }
+            continue;
+        }
+        if let Some(rest) = raw.trim_start().strip_prefix("# advice ") {
+            let mut f = rest.split_whitespace();
+            let (Some(id), Some(word), None) = (f.next(), f.next(), f.next()) else {
+                return Err(bad(format!("expected '# advice ID WORD', found '{raw}'")));
+            };
+            // Advice on ranges (willneed, dontneed, noreuse) leaves the
+            // kernel's readahead of the file as it was.
+            if !plain && matches!(word, "random" | "sequential" | "normal") {
+                let i = trace.file_index(id);
+                trace.files[i].advice = Some(word.to_string());
             }
             continue;
         }
@@ -249,6 +267,24 @@ pub(super) fn replay(
             .max();
         if let Some(bytes) = recorded {
             s.max_ra_pages = (bytes.min(s.memory / 2) / PAGE).max(1);
+        }
+    }
+    // The program's advice on the files replayed, where they all had the
+    // same: `random` reads each miss as asked (FMODE_RANDOM), `sequential`
+    // doubles the kernel's window (`POSIX_FADV_SEQUENTIAL`).
+    let advice: Vec<Option<&str>> = (0..trace.files.len())
+        .filter(|&i| ops.iter().any(|op| op.file == i))
+        .map(|i| trace.files[i].advice.as_deref())
+        .collect();
+    if let Some(&first) = advice.first() {
+        if advice.iter().all(|&a| a == first) {
+            match first {
+                Some("random") => s.random_advice = true,
+                Some("sequential") if o.max_readahead.is_none() => {
+                    s.max_ra_pages = (2 * s.max_ra_pages).min(s.memory / 2 / PAGE).max(1);
+                }
+                _ => {}
+            }
         }
     }
     // Each file sized to the larger of its recorded size and its reads

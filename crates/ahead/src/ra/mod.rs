@@ -566,6 +566,11 @@ pub struct RaConfig {
     /// a gap only where it is no wider than the runs
     /// (`HINT_MAX_READ_THROUGH`), its gaps earning nothing.
     pub hint_gaps_as_reads: bool,
+    /// The program advised `POSIX_FADV_RANDOM` on the file (the kernel's
+    /// `FMODE_RANDOM`): `ondemand` reads each miss as asked and nothing
+    /// ahead of it, as `page_cache_sync_ra` does for such a file. The
+    /// simulator sets it from a trace's `# advice ID random` line.
+    pub random_advice: bool,
 }
 
 impl RaConfig {
@@ -598,6 +603,7 @@ impl Default for RaConfig {
             read_through_gap: 0,
             hints: false,
             hint_gaps_as_reads: false,
+            random_advice: false,
         }
     }
 }

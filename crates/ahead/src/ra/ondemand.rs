@@ -65,6 +65,8 @@ pub struct OnDemand {
     prev_end: Option<u64>,
     /// Context readahead on ([`RaConfig::context_readahead`]).
     context: bool,
+    /// The file was advised random ([`RaConfig::random_advice`]).
+    random: bool,
 }
 
 impl OnDemand {
@@ -77,6 +79,7 @@ impl OnDemand {
             async_size: 0,
             prev_end: None,
             context: config.context_readahead,
+            random: config.random_advice,
         }
     }
 
@@ -190,6 +193,11 @@ impl Policy for OnDemand {
             return None;
         }
         match trigger {
+            // FMODE_RANDOM: the request as asked, no state, no marker.
+            Trigger::Miss | Trigger::Request if self.random => {
+                Some(Window::forward(req.index, req.count, 0))
+            }
+            Trigger::MarkerHit if self.random => None,
             Trigger::Miss | Trigger::Request => self.sync_readahead(req, view),
             Trigger::MarkerHit => self.async_readahead(req, view),
         }
@@ -280,6 +288,29 @@ mod tests {
             .unwrap();
         assert_eq!((w.start, w.size, w.async_size), (5000, 2, 0));
         assert_eq!(p.state(), before, "a random read must not touch the state");
+    }
+
+    #[test]
+    fn a_file_advised_random_is_read_as_asked() {
+        let mut cfg = RaConfig::with_max_pages(32);
+        cfg.random_advice = true;
+        let mut p = OnDemand::new(cfg);
+        let cache = VecCache::new(10_000);
+        // A sequential run from the start of the file: each request alone.
+        for i in 0..8 {
+            let req = Request::new(i * 4, 4);
+            let w = p.decide(req, Trigger::Miss, &cache).unwrap();
+            assert_eq!((w.start, w.size, w.async_size), (i * 4, 4, 0));
+            p.finish(req);
+        }
+        assert_eq!(
+            p.decide(Request::new(40, 4), Trigger::MarkerHit, &cache),
+            None
+        );
+        // Without the advice the same run ramps up.
+        let mut q = OnDemand::new(RaConfig::with_max_pages(32));
+        let w = q.decide(Request::new(0, 4), Trigger::Miss, &cache).unwrap();
+        assert!(w.size > 4, "{w:?}");
     }
 
     #[test]
