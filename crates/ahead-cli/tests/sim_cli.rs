@@ -234,6 +234,46 @@ fn a_trace_gives_the_programs_advice() {
     assert!(stderr(&o).contains("# advice ID WORD"), "{}", stderr(&o));
 }
 
+/// Two processes' opens of one path (fio's jobs on one file) share its
+/// cached pages in a replay: two readers of the same 1,024 pages at random
+/// read each page from the device once, where two files of other paths
+/// are read twice.
+#[test]
+fn opens_of_one_path_share_the_cache_in_a_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.trace");
+    let replay = |second: &str| {
+        let mut text = format!(
+            "# file 7:1 4194304 /data/f\n# advice 7:1 random\n\
+             # file 8:1 4194304 {second}\n# advice 8:1 random\n"
+        );
+        for (k, id) in ["7:1", "8:1"].iter().enumerate() {
+            for i in 0..1024u64 {
+                let page = (i * 389 + k as u64 * 101) % 1024;
+                text.push_str(&format!("{} 4096 3 file={id}\n", page * 4096));
+            }
+        }
+        std::fs::write(&trace, text).unwrap();
+        let o = ahead(&[
+            "sim",
+            "replay",
+            trace.to_str().unwrap(),
+            "--policy",
+            "ondemand",
+            "--device",
+            "ssd",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v[0]["read_amplification"].as_f64().unwrap()
+    };
+    let shared = replay("/data/f");
+    let apart = replay("/data/g");
+    assert!(shared < 0.55, "{shared}");
+    assert!(apart > 0.95, "{apart}");
+}
+
 #[test]
 fn bad_input_is_one_line_and_nonzero() {
     let dir = tempfile::tempdir().unwrap();

@@ -215,6 +215,9 @@ struct Core {
     cached: u64,
     reading: u64,
     file_base: Vec<u64>,
+    /// `(first page, file)` of each file that owns its pages (not one that
+    /// shares another's), in page order.
+    owners: Vec<(u64, usize)>,
     file_pages: Vec<u64>,
     device: Box<dyn Device>,
     /// Queued I/Os by (offset, id): C-LOOK walks it from the head; FIFO
@@ -255,12 +258,40 @@ impl Simulator {
     /// An engine over files of the given sizes in pages, laid out one after
     /// another on the device.
     pub fn new(cfg: EngineConfig, file_pages: &[u64], device: Box<dyn Device>) -> Simulator {
+        let alone: Vec<usize> = (0..file_pages.len()).collect();
+        Simulator::with_shared_files(cfg, file_pages, &alone, device)
+    }
+
+    /// As [`Simulator::new`], where file `i` is the same file as file
+    /// `same_as[i]` (an earlier one, or `i` itself): two opens of one file,
+    /// each with its own readahead state, as the kernel keeps one per open
+    /// file, over one set of cached pages (and one place on the device).
+    /// Each is sized to the larger of the two.
+    pub fn with_shared_files(
+        cfg: EngineConfig,
+        file_pages: &[u64],
+        same_as: &[usize],
+        device: Box<dyn Device>,
+    ) -> Simulator {
+        let owner = |i: usize| same_as.get(i).copied().filter(|&o| o < i).unwrap_or(i);
+        let mut size = file_pages.to_vec();
+        for i in (0..file_pages.len()).rev() {
+            let o = owner(i);
+            size[o] = size[o].max(size[i]);
+        }
         let mut base = Vec::with_capacity(file_pages.len());
         let mut total = 0;
-        for &n in file_pages {
-            base.push(total);
-            total += n;
+        for i in 0..file_pages.len() {
+            let o = owner(i);
+            if o == i {
+                base.push(total);
+                total += size[i];
+            } else {
+                base.push(base[o]);
+                size[i] = size[o];
+            }
         }
+        let file_pages = &size[..];
         let policies = file_pages
             .iter()
             .map(|_| ra::new_policy(cfg.policy.kind(), cfg.ra))
@@ -275,6 +306,10 @@ impl Simulator {
                 lru_tail: NIL,
                 cached: 0,
                 reading: 0,
+                owners: (0..base.len())
+                    .filter(|&i| owner(i) == i)
+                    .map(|i| (base[i], i))
+                    .collect(),
                 file_base: base,
                 file_pages: file_pages.to_vec(),
                 device,
@@ -542,7 +577,10 @@ impl Core {
             if page.readahead_unused {
                 page.readahead_unused = false;
                 self.stats.evicted_before_use += 1;
-                let file = self.file_base.partition_point(|&b| b <= g as u64) - 1;
+                // The file whose pages these are (of files that share
+                // them, the first: its policy hears of the waste).
+                let at = self.owners.partition_point(|&(b, _)| b <= g as u64) - 1;
+                let file = self.owners[at].1;
                 let index = g as u64 - self.file_base[file];
                 self.feedback
                     .push((file, Feedback::EvictedUnused { index }));

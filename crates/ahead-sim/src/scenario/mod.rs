@@ -391,7 +391,11 @@ fn per_policy(o: &SimOptions, one: impl Fn(SimPolicy) -> Vec<SimResult> + Sync) 
 }
 
 fn engine(s: &Setup, o: &SimOptions, policy: SimPolicy, files: &[u64], bucket: f64) -> Simulator {
-    Simulator::new(
+    Simulator::new(engine_config(s, o, policy, bucket), files, o.device.build())
+}
+
+fn engine_config(s: &Setup, o: &SimOptions, policy: SimPolicy, bucket: f64) -> EngineConfig {
+    {
         EngineConfig {
             page_size: PAGE,
             memory_pages: s.memory / PAGE,
@@ -406,10 +410,8 @@ fn engine(s: &Setup, o: &SimOptions, policy: SimPolicy, files: &[u64], bucket: f
             // common for SATA and NVMe alike.
             max_io_pages: (MIB / PAGE).max(s.max_ra_pages),
             bucket,
-        },
-        files,
-        o.device.build(),
-    )
+        }
+    }
 }
 
 fn reader(file: usize, ops: impl Iterator<Item = (u64, u64)> + 'static) -> ReaderSpec {

@@ -2,7 +2,8 @@
 //! `offset length [stream]` lines): parsing, loading (plain or gzip), and
 //! keeping one file of several.
 
-use super::{engine, per_policy, reader, result, setup, Scenario, SimError, SimOptions, SimResult};
+use super::SimResult;
+use super::{engine_config, per_policy, reader, result, setup, Scenario, SimError, SimOptions};
 use super::{KIB, PAGE};
 use crate::engine::ReaderSpec;
 
@@ -303,6 +304,15 @@ pub(super) fn replay(
         .collect();
     s.file = sizes.iter().copied().max().unwrap_or(PAGE);
     let pages: Vec<u64> = sizes.iter().map(|b| b.div_ceil(PAGE)).collect();
+    // Opens of one path (fio's jobs, a program's workers, one file opened
+    // twice) share its cached pages, each with its own readahead state.
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let same_as: Vec<usize> = (0..trace.files.len())
+        .map(|i| match trace.files[i].path.as_deref() {
+            Some(p) => *first.entry(p).or_insert(i),
+            None => i,
+        })
+        .collect();
     let mut streams: Vec<(usize, u64, bool)> = ops
         .iter()
         .map(|op| (op.file, op.stream, op.fault))
@@ -312,7 +322,12 @@ pub(super) fn replay(
     let mean = ops.iter().map(|op| op.len).sum::<u64>() as f64 / ops.len() as f64;
     Ok(per_policy(o, |policy| {
         let mut out = Vec::new();
-        let mut e = engine(&s, o, policy, &pages, 0.0);
+        let mut e = crate::engine::Simulator::with_shared_files(
+            engine_config(&s, o, policy, 0.0),
+            &pages,
+            &same_as,
+            o.device.build(),
+        );
         let readers = streams
             .iter()
             .map(|&(file, id, fault)| {
