@@ -147,6 +147,18 @@ fn replay_a_trace() {
     assert_eq!(v[0]["workload"], "replay");
 }
 
+/// The first row of `ahead sim replay TRACE --device DEVICE --json` with
+/// the `ondemand` policy and `extra` options, which must succeed.
+fn replay_row(trace: &std::path::Path, device: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["sim", "replay", trace.to_str().unwrap()];
+    args.extend_from_slice(&["--policy", "ondemand", "--device", device, "--json"]);
+    args.extend_from_slice(extra);
+    let o = ahead(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v[0].clone()
+}
+
 /// A trace's `# readahead` line is the kernel's window in the replay,
 /// unless `--max-readahead` says otherwise: a forward read of 16 MiB is
 /// read in I/Os of up to 8 MiB, not 128 KiB.
@@ -159,15 +171,7 @@ fn a_trace_gives_the_kernels_readahead() {
         text.push_str(&format!("{} 4096 3 file=7:1\n", i * 4096));
     }
     std::fs::write(&trace, text).unwrap();
-    let run = |extra: &[&str]| {
-        let mut args = vec!["sim", "replay", trace.to_str().unwrap()];
-        args.extend_from_slice(&["--policy", "ondemand", "--device", "fast", "--json"]);
-        args.extend_from_slice(extra);
-        let o = ahead(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v[0].clone()
-    };
+    let run = |extra: &[&str]| replay_row(&trace, "fast", extra);
     let traced = run(&[]);
     assert_eq!(traced["max_readahead_kib"], 8192, "{traced}");
     let given = run(&["--max-readahead", "128k"]);
@@ -203,19 +207,7 @@ fn a_trace_gives_the_programs_advice() {
         let text =
             format!("# file 7:1 268435456 /data/f\n# readahead 7:1 1048576\n{advice}{reads}");
         std::fs::write(&trace, text).unwrap();
-        let o = ahead(&[
-            "sim",
-            "replay",
-            trace.to_str().unwrap(),
-            "--policy",
-            "ondemand",
-            "--device",
-            "fast",
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v[0].clone()
+        replay_row(&trace, "fast", &[])
     };
     let amp = |r: &serde_json::Value| r["read_amplification"].as_f64().unwrap();
     let plain = replay("");
@@ -254,19 +246,9 @@ fn opens_of_one_path_share_the_cache_in_a_replay() {
             }
         }
         std::fs::write(&trace, text).unwrap();
-        let o = ahead(&[
-            "sim",
-            "replay",
-            trace.to_str().unwrap(),
-            "--policy",
-            "ondemand",
-            "--device",
-            "ssd",
-            "--json",
-        ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v[0]["read_amplification"].as_f64().unwrap()
+        replay_row(&trace, "ssd", &[])["read_amplification"]
+            .as_f64()
+            .unwrap()
     };
     let shared = replay("/data/f");
     let apart = replay("/data/g");
