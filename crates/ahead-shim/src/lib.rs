@@ -183,6 +183,11 @@ fn load() {
     }
     let e = errno();
     let handle = open_core();
+    if !handle.is_null() {
+        // SAFETY: a live handle and a NUL-terminated name.
+        let exit = unsafe { libc::dlsym(handle, c"ahead_core_exit".as_ptr()) };
+        CORE_EXIT.store(exit as usize, Ordering::Release);
+    }
     set_errno(e);
     HANDLE.store(handle as usize, Ordering::Release);
     STATE.store(
@@ -444,43 +449,40 @@ hook!(posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int, 
 hook!(posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS);
 
 // The ends of a process that skip its exit handlers: the core writes its
-// outputs first (`ahead_core_exit`), then the C library's ends it.
+// outputs first (`ahead_core_exit`), then the C library's ends it. The
+// functions are looked up before (at load, and when the core is loaded),
+// not here: a `vfork` child shares its parent's memory, and a lookup may
+// write to it.
+/// The C library's `_exit` and `_Exit` (0: none found).
+static EXIT_NEXT: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+/// The core's `ahead_core_exit`, once it is loaded (0: not).
+static CORE_EXIT: AtomicUsize = AtomicUsize::new(0);
+
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     // SAFETY: passed on to the C library's function of the same name.
-    unsafe { end(&NEXT, c"_exit", status) }
+    unsafe { end(&EXIT_NEXT[0], status) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: c_int) {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
     // SAFETY: as above.
-    unsafe { end(&NEXT, c"_Exit", status) }
+    unsafe { end(&EXIT_NEXT[1], status) }
 }
 
-/// `_exit` or `_Exit` (`name`): the core's outputs written if it is
-/// loaded, then the next definition called; it does not return (the exit
+/// `_exit` or `_Exit`: the core's outputs written if it is loaded, then
+/// the next definition (`next`) called; it does not return (the exit
 /// system call if there is none).
-unsafe fn end(next: &AtomicUsize, name: &CStr, status: c_int) -> ! {
-    if STATE.load(Ordering::Acquire) == LOADED {
-        let handle = HANDLE.load(Ordering::Acquire) as *mut c_void;
-        // SAFETY: a live handle and a NUL-terminated name.
-        let p = unsafe { libc::dlsym(handle, c"ahead_core_exit".as_ptr()) };
-        if !p.is_null() {
-            // SAFETY: the core's `ahead_core_exit` has this signature.
-            let f = unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn()>(p) };
-            // SAFETY: it takes nothing and checks for itself whether it
-            // may act (a vfork child, a signal handler).
-            unsafe { f() };
-        }
+unsafe fn end(next: &AtomicUsize, status: c_int) -> ! {
+    let core = CORE_EXIT.load(Ordering::Acquire);
+    if core != 0 {
+        // SAFETY: the core's `ahead_core_exit` has this signature.
+        let f = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn()>(core) };
+        // SAFETY: it takes nothing and checks for itself whether it may
+        // act (a vfork child, a signal handler).
+        unsafe { f() };
     }
-    let mut p = next.load(Ordering::Relaxed);
-    if p == 0 {
-        // SAFETY: a NUL-terminated name; RTLD_NEXT from a shared object.
-        p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-        next.store(p, Ordering::Relaxed);
-    }
+    let p = next.load(Ordering::Relaxed);
     if p != 0 {
         // SAFETY: the C library's `_exit`/`_Exit` take the status and do
         // not return.
@@ -526,6 +528,11 @@ fn env(name: &CStr) -> Option<&'static [u8]> {
 }
 
 extern "C" fn init() {
+    for (slot, name) in EXIT_NEXT.iter().zip([c"_exit", c"_Exit"]) {
+        // SAFETY: a NUL-terminated name; RTLD_NEXT from a shared object.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        slot.store(p as usize, Ordering::Relaxed);
+    }
     let mode = env(c"AHEAD_RUN_MODE");
     let acts = matches!(mode, Some(b"readahead" | b"uncached" | b"trace"));
     let eager = env(c"AHEAD_RUN_STATS").is_some()
