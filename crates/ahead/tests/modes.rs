@@ -196,17 +196,27 @@ fn a_file_truncated_while_read_gives_short_reads_never_stale_bytes() {
     }
 }
 
-#[test]
-fn buffered_probes_a_cached_file_and_stops_probing_a_file_that_never_hits() {
+/// A generated file of `size` bytes in a scratch directory, an engine,
+/// and the file opened in Buffered mode; `None` (the test skipped, said)
+/// where this kernel has no `RWF_NOWAIT` for Buffered mode's probes.
+fn buffered_with_nowait(size: u64) -> Option<(tempfile::TempDir, PathBuf, Engine, ahead::File)> {
     let dir = scratch();
-    let size = 64u64 << 20;
     let p = gen(dir.path(), "f", size);
     let e = engine(BackendKind::Auto);
     let f = open(&e, &p, Mode::Buffered);
     if !f.uses_nowait() {
         eprintln!("SKIP: no RWF_NOWAIT here: {:?}", ahead::features::nowait());
-        return;
+        return None;
     }
+    Some((dir, p, e, f))
+}
+
+#[test]
+fn buffered_probes_a_cached_file_and_stops_probing_a_file_that_never_hits() {
+    let size = 64u64 << 20;
+    let Some((_dir, p, e, f)) = buffered_with_nowait(size) else {
+        return;
+    };
     // Cold: evict, then 1,000 16 KiB reads at distinct random offsets (no
     // read finds what an earlier one cached).
     let fd = std::fs::File::open(&p).unwrap();
@@ -400,15 +410,10 @@ fn uncached_leaves_the_kernel_cache_as_it_found_it() {
 /// misses and ends that, and every byte read is right throughout.
 #[test]
 fn buffered_reads_a_file_its_probes_always_found_cached_without_probing_and_notices_eviction() {
-    let dir = scratch();
     let size = 16u64 << 20;
-    let p = gen(dir.path(), "f", size);
-    let e = engine(BackendKind::Auto);
-    let f = open(&e, &p, Mode::Buffered);
-    if !f.uses_nowait() {
-        eprintln!("SKIP: no RWF_NOWAIT here: {:?}", ahead::features::nowait());
+    let Some((_dir, p, _e, f)) = buffered_with_nowait(size) else {
         return;
-    }
+    };
     let fd = std::fs::File::open(&p).unwrap();
     ahead::residency::warm(&fd, 0, size).unwrap();
     let mut rng = fastrand::Rng::with_seed(3);
