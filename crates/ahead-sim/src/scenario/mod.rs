@@ -395,22 +395,20 @@ fn engine(s: &Setup, o: &SimOptions, policy: SimPolicy, files: &[u64], bucket: f
 }
 
 fn engine_config(s: &Setup, o: &SimOptions, policy: SimPolicy, bucket: f64) -> EngineConfig {
-    {
-        EngineConfig {
-            page_size: PAGE,
-            memory_pages: s.memory / PAGE,
-            policy,
-            ra: {
-                let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
-                ra.context_readahead = o.context_readahead;
-                ra.random_advice = s.random_advice;
-                ra
-            },
-            // The kernel splits at the device's max_sectors_kb; 1 MiB is
-            // common for SATA and NVMe alike.
-            max_io_pages: (MIB / PAGE).max(s.max_ra_pages),
-            bucket,
-        }
+    EngineConfig {
+        page_size: PAGE,
+        memory_pages: s.memory / PAGE,
+        policy,
+        ra: {
+            let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
+            ra.context_readahead = o.context_readahead;
+            ra.random_advice = s.random_advice;
+            ra
+        },
+        // The kernel splits at the device's max_sectors_kb; 1 MiB is
+        // common for SATA and NVMe alike.
+        max_io_pages: (MIB / PAGE).max(s.max_ra_pages),
+        bucket,
     }
 }
 
