@@ -21,9 +21,11 @@ pub const TUNE_GAIN: f64 = 0.10;
 /// host's disk a cold scan waited 0.9 times a window with 4 MiB windows,
 /// 0.8 with 8 MiB and under 0.1 with 16 MiB (`ahead read --stats`).
 pub const TUNE_LATE: f64 = 0.5;
-/// A spell of this long with no readahead completing and none in flight
-/// ends a sample unfinished (the program paused; its time says nothing of
-/// the window). A throttled device's spells with reads in flight count.
+/// A spell of this long from a readahead read's completion to the next
+/// read's submission, none in flight between, ends a sample unfinished
+/// (the program paused; its time says nothing of the window). The time a
+/// read spends in flight counts however long it is: a throttled or
+/// contended device's.
 pub const TUNE_IDLE_NS: u64 = 20_000_000;
 
 /// One sample of the window tuner: a window size, what readahead read with
@@ -203,11 +205,13 @@ impl WindowTuner {
             self.skip = self.skip.saturating_sub(bytes);
             return None;
         }
-        // A long spell since the last completion ends the sample only if
-        // this read was submitted after it: nothing was in flight, the
-        // program paused. A read in flight through the spell was the
-        // device's (or its throttle's) time, and counts.
-        let paused = now.saturating_sub(self.last) > TUNE_IDLE_NS && submitted > self.last;
+        // The sample ends unfinished if the program left the device idle
+        // for long: this read was submitted long after the last one
+        // completed, with nothing in flight between. The time from its
+        // submission to its completion is the device's (or its
+        // throttle's), however long, and counts; so does a spell with
+        // reads in flight.
+        let paused = submitted.saturating_sub(self.last) > TUNE_IDLE_NS;
         let began = match self.began {
             Some(b) if !paused => b,
             _ => {
@@ -561,6 +565,25 @@ mod tests {
         }
         assert!(tu.settled(), "{:?}", tu.steps());
         assert_eq!(tu.window(), 2 * MIB4, "{:?}", tu.steps());
+    }
+
+    #[test]
+    fn a_slow_read_with_nothing_else_in_flight_is_the_devices_time() {
+        // A contended device, a reader that waits for each read: every
+        // read is submitted 0.1 ms after the one before it completed, and
+        // every tenth takes 30 ms. That is the device's time, not a
+        // pause: samples run through it, and the two of the start
+        // window finish in 160 MiB (8 MiB let pass, then 32 MiB each).
+        let mut tu = WindowTuner::new(4096, MIB4, 2 * MIB4);
+        let mut t = 0u64;
+        let io = 256u64 << 10;
+        for i in 0..(160u64 << 20) / io {
+            let submitted = t + 100_000;
+            t = submitted + if i % 10 == 9 { 30_000_000 } else { 600_000 };
+            tu.completed(t, submitted, io, || (0, 0));
+        }
+        assert_eq!(tu.steps().len(), 2, "{:?}", tu.steps());
+        assert!(tu.settled(), "{:?}", tu.steps());
     }
 
     #[test]
