@@ -16,7 +16,9 @@ const MOUNT_MAX_READAHEAD: u64 = 16 << 20;
 #[derive(Args, Debug)]
 pub struct MountArgs {
     /// The bucket or prefix: `s3://bucket[/prefix]`, with the AWS_*
-    /// environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, …).
+    /// environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, …); or one
+    /// object, `http(s)://host/path/NAME`, as the file NAME alone in the
+    /// mount (a web server has no listing).
     url: String,
     /// An empty directory to mount it on.
     mountpoint: PathBuf,

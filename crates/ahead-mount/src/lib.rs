@@ -41,7 +41,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use ahead::{Engine, File};
 use fuser::{
@@ -52,6 +52,7 @@ use fuser::{
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
+mod listing;
 mod push;
 mod versions;
 
@@ -187,16 +188,36 @@ pub struct ObjectFs {
     /// Which version of each object the kernel's cache may hold
     /// (`versions`).
     versions: versions::Versions,
+    /// An `http(s)://` URL's object, the root's only file (its name):
+    /// such a store cannot be listed, so the root is "listed" by a `HEAD`
+    /// of it.
+    single: Option<String>,
 }
 
 impl ObjectFs {
-    /// The file system of `url` (`s3://bucket[/prefix]`, with the AWS_*
-    /// environment and object_store `options`), read through `engine`.
+    /// The file system of `url`, read through `engine`: a bucket or a
+    /// prefix of one (`s3://bucket[/prefix]`, with the AWS_* environment
+    /// and object_store `options`), or one object by `http(s)://` (a web
+    /// server has no listing): the root directory then holds that object
+    /// alone, under the last part of its path.
     pub fn new(url: &str, options: &[(String, String)], engine: Engine) -> io::Result<ObjectFs> {
         let (store, path) = ahead::remote::store_for_url_with(url, options)?;
-        let prefix = match path.as_ref() {
-            "" => String::new(),
-            p => format!("{p}/"),
+        let web = ["http://", "https://"]
+            .iter()
+            .any(|p| url.len() > p.len() && url[..p.len()].eq_ignore_ascii_case(p));
+        let (prefix, single) = match (path.as_ref(), web) {
+            (p, true) => {
+                let Some(name) = p.rsplit('/').next().filter(|n| !n.is_empty()) else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("{url}: an http(s) URL mounts one object: name it (a web server cannot be listed)"),
+                    ));
+                };
+                let parent = &p[..p.len() - name.len()];
+                (parent.to_owned(), Some(name.to_owned()))
+            }
+            ("", false) => (String::new(), None),
+            (p, false) => (format!("{p}/"), None),
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -231,6 +252,7 @@ impl ObjectFs {
             direct_io: false,
             pusher: Some(Arc::default()),
             versions: versions::Versions::default(),
+            single,
         };
         // The store must answer now, not at the first `ls`.
         fs.list(1)?;
@@ -239,66 +261,6 @@ impl ObjectFs {
 
     fn node(&self, ino: u64) -> Option<Node> {
         self.tree.read().ok()?.nodes.get(&ino).cloned()
-    }
-
-    /// Lists directory `ino` in the store (again) and returns its
-    /// children.
-    fn list(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
-        let dir = self
-            .node(ino)
-            .filter(|n| n.dir)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTDIR))?;
-        let full = format!("{}{}", self.prefix, dir.key);
-        let at = ObjectPath::from(full.trim_end_matches('/'));
-        let listing = self
-            .runtime
-            .block_on(
-                self.store
-                    .list_with_delimiter((!full.is_empty()).then_some(&at)),
-            )
-            .map_err(|e| io::Error::other(format!("{}: list {full}: {e}", self.url)))?;
-        let rel = |p: &ObjectPath| -> Option<String> {
-            let s = p.as_ref();
-            let s = s.strip_prefix(self.prefix.trim_end_matches('/'))?;
-            Some(s.trim_start_matches('/').to_owned())
-        };
-        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
-        let mut kids = Vec::new();
-        for p in &listing.common_prefixes {
-            let Some(key) = rel(p) else { continue };
-            let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
-            let child = tree.insert(Node {
-                key,
-                dir: true,
-                size: 0,
-                mtime: dir.mtime,
-                listed: None,
-            });
-            kids.push((name, child));
-        }
-        for o in &listing.objects {
-            let Some(key) = rel(&o.location) else {
-                continue;
-            };
-            let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
-            // A directory marker (`dir/` as an object) or the mounted key.
-            if name.is_empty() || key == dir.key {
-                continue;
-            }
-            let mtime =
-                UNIX_EPOCH + Duration::from_millis(o.last_modified.timestamp_millis() as u64);
-            let child = tree.insert(Node {
-                key,
-                dir: false,
-                size: o.size,
-                mtime,
-                listed: o.e_tag.clone().map(|e| (e, std::time::Instant::now())),
-            });
-            kids.push((name, child));
-        }
-        tree.children
-            .insert(ino, (std::time::Instant::now(), kids.clone()));
-        Ok(kids)
     }
 
     /// Directory `ino`'s children, listed again if they were not yet or
@@ -447,7 +409,10 @@ impl Filesystem for ObjectFs {
             return reply.error(Errno::EISDIR);
         }
         let key = format!("{}{}", self.prefix, n.key);
-        let name = format!("{}/{}", self.url.trim_end_matches('/'), n.key);
+        let name = match &self.single {
+            Some(_) => self.url.clone(),
+            None => format!("{}/{}", self.url.trim_end_matches('/'), n.key),
+        };
         let (store, path) = (self.store.clone(), ObjectPath::from(key));
         // Listed within the metadata TTL: that version, without a HEAD
         // (a re-read the kernel holds then costs no round trip at all).

@@ -7,7 +7,9 @@
 //!   from the Debian packages where they are installed.
 //!
 //! * [`client`] — object_store clients of an endpoint given by address
-//!   and credentials.
+//!   and credentials;
+//! * [`http`] — one object over plain HTTP (ranges, `ETag`, `If-Match`),
+//!   as a web server serves a file, replaceable while served.
 //!
 //! The `ahead` binary links it through `ahead-bench`: `ahead bench` (its
 //! `--quick` run included) reads objects on the embedded server, and
@@ -20,5 +22,6 @@
 #[cfg(feature = "server")]
 pub mod ceph;
 pub mod client;
+pub mod http;
 #[cfg(feature = "server")]
 pub mod s3;

@@ -160,6 +160,46 @@ fn an_object_overwritten_mid_read_is_an_error_never_mixed_bytes() {
     assert!(!file.refresh().unwrap().changed);
 }
 
+/// An object of a plain web server (`http://`, no S3, no credentials):
+/// read whole and backward byte for byte; replaced on the server, a range
+/// not yet fetched is an error naming the change, then the new version
+/// once the file is looked at again; a missing path is `NotFound`.
+#[test]
+fn an_http_url_reads_byte_for_byte_and_a_replaced_object_is_an_error() {
+    let web = ahead_testkit::http::HttpObject::serve("dir/obj", object_bytes(SIZE, 0)).unwrap();
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let file = engine.open_url(&web.url()).unwrap();
+    assert_eq!(file.len(), SIZE as u64);
+    common::read_all(&file, 0);
+    let mut buf = vec![0u8; 64 << 10];
+    for i in (0..SIZE / (64 << 10)).rev() {
+        let at = (i * (64 << 10)) as u64;
+        let n = file.read_at(&mut buf, at).unwrap();
+        assert_eq!(testdata::first_mismatch(&buf[..n], at), None, "at {at}");
+    }
+    drop(file);
+    // A new engine: nothing cached.
+    let engine = Engine::new(EngineConfig::default()).unwrap();
+    let file = engine.open_url(&web.url()).unwrap();
+    file.read_at(&mut buf, 0).unwrap();
+    web.replace(object_bytes(SIZE, 1));
+    let at = SIZE as u64 - (64 << 10);
+    let err = file.read_at(&mut buf, at).unwrap_err().to_string();
+    assert!(err.contains("changed"), "{err}");
+    assert!(file.refresh().unwrap().changed);
+    file.read_at(&mut buf, at).unwrap();
+    assert_eq!(testdata::first_mismatch(&buf, at + 1), None);
+    let missing = web.url().replace("obj", "none");
+    let err = engine.open_url(&missing).unwrap_err();
+    match &err {
+        ahead::Error::Io { source, .. } => {
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound, "{err}")
+        }
+        e => panic!("{e:?}"),
+    }
+    assert!(err.to_string().contains("no such object"), "{err}");
+}
+
 #[test]
 fn a_server_failing_some_gets_still_gives_the_right_bytes() {
     let f = fixture();

@@ -1,0 +1,103 @@
+//! Listing the store: a directory's children from `ListObjects` with a
+//! delimiter, or, for an `http(s)://` mount, its one object from a `HEAD`.
+
+use std::io;
+use std::time::{Duration, UNIX_EPOCH};
+
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStoreExt;
+
+use crate::{Node, ObjectFs};
+
+impl ObjectFs {
+    /// Lists directory `ino` in the store (again) and returns its
+    /// children.
+    pub(crate) fn list(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
+        let dir = self
+            .node(ino)
+            .filter(|n| n.dir)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTDIR))?;
+        if let Some(name) = &self.single {
+            return self.head_single(ino, name);
+        }
+        let full = format!("{}{}", self.prefix, dir.key);
+        let at = ObjectPath::from(full.trim_end_matches('/'));
+        let listing = self
+            .runtime
+            .block_on(
+                self.store
+                    .list_with_delimiter((!full.is_empty()).then_some(&at)),
+            )
+            .map_err(|e| io::Error::other(format!("{}: list {full}: {e}", self.url)))?;
+        let rel = |p: &ObjectPath| -> Option<String> {
+            let s = p.as_ref();
+            let s = s.strip_prefix(self.prefix.trim_end_matches('/'))?;
+            Some(s.trim_start_matches('/').to_owned())
+        };
+        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        let mut kids = Vec::new();
+        for p in &listing.common_prefixes {
+            let Some(key) = rel(p) else { continue };
+            let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
+            let child = tree.insert(Node {
+                key,
+                dir: true,
+                size: 0,
+                mtime: dir.mtime,
+                listed: None,
+            });
+            kids.push((name, child));
+        }
+        for o in &listing.objects {
+            let Some(key) = rel(&o.location) else {
+                continue;
+            };
+            let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
+            // A directory marker (`dir/` as an object) or the mounted key.
+            if name.is_empty() || key == dir.key {
+                continue;
+            }
+            let mtime =
+                UNIX_EPOCH + Duration::from_millis(o.last_modified.timestamp_millis() as u64);
+            let child = tree.insert(Node {
+                key,
+                dir: false,
+                size: o.size,
+                mtime,
+                listed: o.e_tag.clone().map(|e| (e, std::time::Instant::now())),
+            });
+            kids.push((name, child));
+        }
+        tree.children
+            .insert(ino, (std::time::Instant::now(), kids.clone()));
+        Ok(kids)
+    }
+
+    /// The root of an `http(s)://` mount "listed": a `HEAD` of its one
+    /// object, which then has the size, time and ETag the answer gave.
+    fn head_single(&self, ino: u64, name: &str) -> io::Result<Vec<(String, u64)>> {
+        let key = format!("{}{name}", self.prefix);
+        let meta = self
+            .runtime
+            .block_on(self.store.head(&ObjectPath::from(key.as_str())))
+            .map_err(|e| match e {
+                object_store::Error::NotFound { .. } => io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{}: no such object", self.url),
+                ),
+                e => io::Error::other(format!("{}: HEAD: {e}", self.url)),
+            })?;
+        let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
+        let child = tree.insert(Node {
+            key: name.to_owned(),
+            dir: false,
+            size: meta.size,
+            mtime: UNIX_EPOCH + Duration::from_millis(meta.last_modified.timestamp_millis() as u64),
+            listed: meta.e_tag.map(|e| (e, std::time::Instant::now())),
+        });
+        let kids = vec![(name.to_owned(), child)];
+        tree.children
+            .insert(ino, (std::time::Instant::now(), kids.clone()));
+        Ok(kids)
+    }
+}
