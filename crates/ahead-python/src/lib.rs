@@ -201,11 +201,15 @@ impl Engine {
     #[pyo3(signature = (path, io=None, options=None))]
     fn open(
         &self,
+        py: Python<'_>,
         path: &str,
         io: Option<&str>,
         options: Option<Vec<(String, String)>>,
     ) -> PyResult<RawFile> {
-        RawFile::open(self.cell.clone(), path, io, options.unwrap_or_default())
+        // An object's open asks the store (a HEAD, up to its timeouts):
+        // the program's other threads run meanwhile, as they do during
+        // Python's own blocking calls.
+        py.detach(|| RawFile::open(self.cell.clone(), path, io, options.unwrap_or_default()))
     }
 }
 
@@ -331,7 +335,9 @@ impl RawFile {
 
     /// The file as this process has it (opened again in a fork's child)
     /// and the position. The state's lock is held only for this: a read
-    /// releases the GIL, and a thread waiting for the lock holds it.
+    /// releases the GIL, and a thread waiting for the lock holds it. The
+    /// reads call it with the GIL released: opening again asks an
+    /// object's store.
     fn file(&self) -> PyResult<(Arc<ahead::File>, u64)> {
         let mut st = lock(&self.state);
         if st.closed {
@@ -397,7 +403,7 @@ impl RawFile {
     /// Up to `size` bytes from the position (all to the end if negative).
     #[pyo3(signature = (size=-1))]
     fn read<'py>(&self, py: Python<'py>, size: i64) -> PyResult<Bound<'py, PyBytes>> {
-        let (file, at) = self.file()?;
+        let (file, at) = py.detach(|| self.file())?;
         let left = self.size.saturating_sub(at);
         let want = if size < 0 {
             left
@@ -421,7 +427,7 @@ impl RawFile {
         offset: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let want = (size as u64).min(self.size.saturating_sub(offset)) as usize;
-        let (file, _) = self.file()?;
+        let (file, _) = py.detach(|| self.file())?;
         let mut v = vec![0u8; want];
         let n = py
             .detach(|| read_full(&file, &mut v, offset))
@@ -441,7 +447,7 @@ impl RawFile {
             ));
         }
         let (ptr, len) = (b.buf_ptr() as usize, b.len_bytes());
-        let (file, at) = self.file()?;
+        let (file, at) = py.detach(|| self.file())?;
         let n = py
             .detach(|| {
                 // SAFETY: `b` holds the buffer's export until this returns,

@@ -290,3 +290,93 @@ def test_two_processes_reading_one_object_at_once_through_one_tier(s3, tmp_path)
     ok, fetched = out.get(timeout=120)
     p.join()
     assert ok and fetched == 0
+
+
+class _WebObject:
+    """One object served over plain HTTP by a thread of the test: HEAD, GET
+    of a `Range: bytes=A-B`, an ETag per version, If-Match held to it (412),
+    as a web server serves a file. `replace` makes a new version."""
+
+    def __init__(self, data):
+        import http.server
+        import re
+        import threading
+
+        web = self
+        self.data, self.version = data, 1
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self.answer(False)
+
+            def do_GET(self):
+                self.answer(True)
+
+            def answer(self, body):
+                data, etag = web.data, f'"v{web.version}"'
+                if self.path != "/d/obj.bin":
+                    return self.empty(404)
+                match = self.headers.get("If-Match")
+                if match and match not in (etag, "*"):
+                    return self.empty(412)
+                a, b, status = 0, len(data), 200
+                r = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range") or "")
+                if r:
+                    a = int(r.group(1))
+                    b = min(len(data), int(r.group(2)) + 1) if r.group(2) else len(data)
+                    if a >= len(data):
+                        return self.empty(416)
+                    status = 206
+                self.send_response(status)
+                self.send_header("ETag", etag)
+                self.send_header("Last-Modified", "Wed, 21 Oct 2026 07:28:00 GMT")
+                if status == 206:
+                    self.send_header("Content-Range", f"bytes {a}-{b - 1}/{len(data)}")
+                self.send_header("Content-Length", str(b - a))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data[a:b])
+
+            def empty(self, status):
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/d/obj.bin"
+
+    def replace(self, data):
+        self.data, self.version = data, self.version + 1
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_object_of_a_web_server_reads_by_http_and_a_replacement_is_an_error():
+    web = _WebObject(expected(0, SIZE))
+    try:
+        with ahead.open(web.url) as f:
+            assert f.size == SIZE
+            f.seek(-65536, 2)
+            assert f.read() == expected(SIZE - 65536, 65536)
+            for at in range(SIZE - (64 << 10), 0, -(1 << 20)):
+                assert f.pread(64 << 10, at) == expected(at, 64 << 10)
+        with ahead.open(web.url, cache="16m") as f:
+            assert f.read(4096) == expected(0, 4096)
+            web.replace(b"\xff" * SIZE)
+            f.seek(5 << 20)
+            with pytest.raises(OSError) as e:
+                f.read(4096)
+            assert e.value.errno == errno.ESTALE
+        with pytest.raises(FileNotFoundError):
+            ahead.open(web.url.replace("obj.bin", "none.bin"))
+    finally:
+        web.close()
