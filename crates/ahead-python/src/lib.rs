@@ -334,11 +334,17 @@ impl RawFile {
     }
 
     /// The file as this process has it (opened again in a fork's child)
-    /// and the position. The state's lock is held only for this: a read
-    /// releases the GIL, and a thread waiting for the lock holds it. The
-    /// reads call it with the GIL released: opening again asks an
-    /// object's store.
-    fn file(&self) -> PyResult<(Arc<ahead::File>, u64)> {
+    /// and the position, with the GIL released: opening again asks an
+    /// object's store, and the state's lock is never waited for, nor held,
+    /// by a thread that holds the GIL and could wait for it (a thread
+    /// holding the lock while waiting for the GIL would deadlock with one
+    /// holding the GIL while waiting for the lock).
+    fn file(&self, py: Python<'_>) -> PyResult<(Arc<ahead::File>, u64)> {
+        py.detach(|| self.file_here())
+    }
+
+    /// [`RawFile::file`]'s work; the state's lock is held only for this.
+    fn file_here(&self) -> PyResult<(Arc<ahead::File>, u64)> {
         let mut st = lock(&self.state);
         if st.closed {
             return Err(PyValueError::new_err("I/O operation on closed file."));
@@ -403,7 +409,7 @@ impl RawFile {
     /// Up to `size` bytes from the position (all to the end if negative).
     #[pyo3(signature = (size=-1))]
     fn read<'py>(&self, py: Python<'py>, size: i64) -> PyResult<Bound<'py, PyBytes>> {
-        let (file, at) = py.detach(|| self.file())?;
+        let (file, at) = self.file(py)?;
         let left = self.size.saturating_sub(at);
         let want = if size < 0 {
             left
@@ -427,7 +433,7 @@ impl RawFile {
         offset: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let want = (size as u64).min(self.size.saturating_sub(offset)) as usize;
-        let (file, _) = py.detach(|| self.file())?;
+        let (file, _) = self.file(py)?;
         let mut v = vec![0u8; want];
         let n = py
             .detach(|| read_full(&file, &mut v, offset))
@@ -447,7 +453,7 @@ impl RawFile {
             ));
         }
         let (ptr, len) = (b.buf_ptr() as usize, b.len_bytes());
-        let (file, at) = py.detach(|| self.file())?;
+        let (file, at) = self.file(py)?;
         let n = py
             .detach(|| {
                 // SAFETY: `b` holds the buffer's export until this returns,
@@ -464,8 +470,8 @@ impl RawFile {
     /// Moves the position: `whence` 0 from the start, 1 from the
     /// position, 2 from the end; the new position.
     #[pyo3(signature = (offset, whence=0))]
-    fn seek(&self, offset: i64, whence: i32) -> PyResult<u64> {
-        let (_, pos) = self.file()?;
+    fn seek(&self, py: Python<'_>, offset: i64, whence: i32) -> PyResult<u64> {
+        let (_, pos) = self.file(py)?;
         let base = match whence {
             0 => 0,
             1 => pos as i64,
@@ -480,13 +486,13 @@ impl RawFile {
         Ok(to as u64)
     }
 
-    fn tell(&self) -> PyResult<u64> {
-        Ok(self.file()?.1)
+    fn tell(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.file(py)?.1)
     }
 
     /// The file's counters as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (file, _) = self.file()?;
+        let (file, _) = self.file(py)?;
         let d = stats_dict(py, &file.stats())?;
         if let Some(r) = file.remote_stats() {
             d.set_item("remote_requests", r.requests)?;
@@ -503,7 +509,7 @@ impl RawFile {
     /// `normal`, `sequential`, `reverse`, `random` or `willneed`
     /// (`length` 0: to the end).
     #[pyo3(signature = (advice, offset=0, length=0))]
-    fn advise(&self, advice: &str, offset: u64, length: u64) -> PyResult<()> {
+    fn advise(&self, py: Python<'_>, advice: &str, offset: u64, length: u64) -> PyResult<()> {
         let a = match advice {
             "normal" => ahead::Advice::Normal,
             "sequential" => ahead::Advice::Sequential,
@@ -521,13 +527,13 @@ impl RawFile {
         } else {
             length
         };
-        self.file()?.0.advise(offset, length, a);
+        self.file(py)?.0.advise(offset, length, a);
         Ok(())
     }
 
     /// Starts reading the `(offset, length)` ranges now, for reads to come.
     fn prefetch(&self, py: Python<'_>, ranges: Vec<(u64, u64)>) -> PyResult<()> {
-        let (file, _) = self.file()?;
+        let (file, _) = self.file(py)?;
         py.detach(|| file.prefetch(&ranges));
         Ok(())
     }
