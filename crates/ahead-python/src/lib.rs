@@ -335,10 +335,10 @@ impl RawFile {
 
     /// The file as this process has it (opened again in a fork's child)
     /// and the position, with the GIL released: opening again asks an
-    /// object's store, and the state's lock is never waited for, nor held,
-    /// by a thread that holds the GIL and could wait for it (a thread
-    /// holding the lock while waiting for the GIL would deadlock with one
-    /// holding the GIL while waiting for the lock).
+    /// object's store. No thread may hold the state's lock while it waits
+    /// for the GIL: it would deadlock with one holding the GIL while
+    /// waiting for the lock (`set_pos` and `close` take the lock with the
+    /// GIL held, and wait for nothing inside it).
     fn file(&self, py: Python<'_>) -> PyResult<(Arc<ahead::File>, u64)> {
         py.detach(|| self.file_here())
     }
