@@ -53,6 +53,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 mod listing;
+use listing::{Kids, Tree};
 mod push;
 mod versions;
 
@@ -138,33 +139,6 @@ struct Node {
     listed: Option<(String, std::time::Instant)>,
 }
 
-/// The tree as listed so far.
-#[derive(Default)]
-struct Tree {
-    nodes: HashMap<u64, Node>,
-    /// (directory, file) key → inode, so that a key keeps its number
-    /// across listings.
-    by_key: HashMap<(bool, String), u64>,
-    /// A directory's children, once listed (name → inode), and when.
-    children: HashMap<u64, (std::time::Instant, Vec<(String, u64)>)>,
-    next: u64,
-}
-
-impl Tree {
-    fn insert(&mut self, node: Node) -> u64 {
-        let k = (node.dir, node.key.clone());
-        if let Some(&ino) = self.by_key.get(&k) {
-            self.nodes.insert(ino, node);
-            return ino;
-        }
-        self.next += 1;
-        let ino = self.next;
-        self.by_key.insert(k, ino);
-        self.nodes.insert(ino, node);
-        ino
-    }
-}
-
 /// The file system: the store, the engine every file is read through, and
 /// the tree listed so far.
 pub struct ObjectFs {
@@ -177,6 +151,9 @@ pub struct ObjectFs {
     runtime: tokio::runtime::Runtime,
     tree: RwLock<Tree>,
     handles: Mutex<HashMap<u64, File>>,
+    /// Open directories: the listing each `opendir` took, which its
+    /// `readdir`s page through.
+    dirs: Mutex<HashMap<u64, Kids>>,
     next_handle: AtomicU64,
     uid: u32,
     gid: u32,
@@ -245,6 +222,7 @@ impl ObjectFs {
             runtime,
             tree: RwLock::new(tree),
             handles: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
@@ -265,12 +243,12 @@ impl ObjectFs {
 
     /// Directory `ino`'s children, listed again if they were not yet or
     /// their listing is older than the metadata TTL.
-    fn children(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
+    fn children(&self, ino: u64) -> io::Result<Kids> {
         if let Some(k) = self.tree.read().ok().and_then(|t| {
             t.children
                 .get(&ino)
-                .filter(|(at, _)| at.elapsed() < self.metadata_ttl)
-                .map(|(_, k)| k.clone())
+                .filter(|l| l.at.elapsed() < self.metadata_ttl)
+                .map(|l| l.kids.clone())
         }) {
             return Ok(k);
         }
@@ -328,12 +306,16 @@ impl ObjectFs {
     /// it is there as it was, and the directory need not be listed again
     /// to find it.
     fn confirmed_child(&self, parent: u64, name: &OsStr) -> Option<(u64, Node)> {
-        let tree = self.tree.read().ok()?;
-        let (_, kids) = tree.children.get(&parent)?;
-        let &(_, ino) = kids.iter().find(|(n, _)| OsStr::new(n) == name)?;
-        let n = tree.nodes.get(&ino)?;
+        let (ino, n) = self.listed_child(parent, name)?;
         let (_, at) = n.listed.as_ref()?;
-        (at.elapsed() < self.metadata_ttl).then(|| (ino, n.clone()))
+        (at.elapsed() < self.metadata_ttl).then_some((ino, n))
+    }
+
+    /// Child `name` of `parent` as its last listing gave it, however old.
+    fn listed_child(&self, parent: u64, name: &OsStr) -> Option<(u64, Node)> {
+        let tree = self.tree.read().ok()?;
+        let &ino = tree.children.get(&parent)?.index.get(name.to_str()?)?;
+        Some((ino, tree.nodes.get(&ino)?.clone()))
     }
 
     fn attr(&self, ino: u64, n: &Node) -> FileAttr {
@@ -377,15 +359,10 @@ impl Filesystem for ObjectFs {
         if let Some((ino, n)) = self.confirmed_child(parent.0, name) {
             return reply.entry(&TTL, &self.attr(ino, &n), fuser::Generation(0));
         }
-        let kids = match self.children(parent.0) {
-            Ok(k) => k,
-            Err(e) => return reply.error(errno_of(&e)),
-        };
-        let found = kids
-            .iter()
-            .find(|(n, _)| OsStr::new(n) == name)
-            .and_then(|&(_, ino)| Some((ino, self.node(ino)?)));
-        match found {
+        if let Err(e) = self.children(parent.0) {
+            return reply.error(errno_of(&e));
+        }
+        match self.listed_child(parent.0, name) {
             Some((ino, n)) => reply.entry(&TTL, &self.attr(ino, &n), fuser::Generation(0)),
             None => reply.error(Errno::ENOENT),
         }
@@ -529,40 +506,73 @@ impl Filesystem for ObjectFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // `ls` sees the store as it is now.
+        // `ls` sees the store as it is now, and pages through that one
+        // listing however long it takes (a listing renewed halfway would
+        // move the offsets under it).
         match self.list(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(kids) => {
+                let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                self.dirs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(fh, kids);
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
             Err(e) => reply.error(errno_of(&e)),
         }
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: fuser::ReplyEmpty,
+    ) {
+        self.dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
+        reply.ok();
     }
 
     fn readdir(
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let kids = match self.children(ino.0) {
+        let snapshot = self
+            .dirs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh.0)
+            .cloned();
+        let kids = match snapshot.map_or_else(|| self.children(ino.0), Ok) {
             Ok(k) => k,
             Err(e) => return reply.error(errno_of(&e)),
         };
-        let parent = ino.0; // `..` of the root is outside; the kernel fixes it
-        let mut all: Vec<(u64, FileType, String)> = vec![
-            (ino.0, FileType::Directory, ".".into()),
-            (parent, FileType::Directory, "..".into()),
-        ];
-        for (name, child) in kids {
-            let dir = self.node(child).is_some_and(|n| n.dir);
-            let kind = if dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
+        // Entry 0 is `.`, 1 is `..` (the root's is outside; the kernel
+        // fixes it), then the children; each call gives what fits from
+        // `offset` on.
+        let tree = self.tree.read().unwrap_or_else(|p| p.into_inner());
+        for i in offset as usize..kids.len() + 2 {
+            let (child, kind, name) = match i {
+                0 | 1 => (ino.0, FileType::Directory, if i == 0 { "." } else { ".." }),
+                _ => {
+                    let (name, child) = &kids[i - 2];
+                    let dir = tree.nodes.get(child).is_some_and(|n| n.dir);
+                    let kind = if dir {
+                        FileType::Directory
+                    } else {
+                        FileType::RegularFile
+                    };
+                    (*child, kind, name.as_str())
+                }
             };
-            all.push((child, kind, name));
-        }
-        for (i, (child, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(child), (i + 1) as u64, kind, name) {
                 break;
             }

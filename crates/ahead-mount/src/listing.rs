@@ -7,12 +7,67 @@ use std::time::{Duration, UNIX_EPOCH};
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStoreExt;
 
+use std::sync::Arc;
+
+use std::collections::HashMap;
+
 use crate::{Node, ObjectFs};
+
+/// A directory's children, (name, inode) in the listing's order.
+pub(crate) type Kids = Arc<Vec<(String, u64)>>;
+
+/// The tree as listed so far.
+#[derive(Default)]
+pub(crate) struct Tree {
+    pub(crate) nodes: HashMap<u64, Node>,
+    /// (directory, file) key → inode, so that a key keeps its number
+    /// across listings.
+    pub(crate) by_key: HashMap<(bool, String), u64>,
+    /// A directory's children, once listed.
+    pub(crate) children: HashMap<u64, Listing>,
+    pub(crate) next: u64,
+}
+
+/// A directory's children as one listing gave them, and when.
+pub(crate) struct Listing {
+    pub(crate) at: std::time::Instant,
+    /// (name, inode), in the listing's order: what `readdir` pages
+    /// through.
+    pub(crate) kids: Kids,
+    /// Name → inode: a lookup in a directory of 10,000 keys is one probe,
+    /// not a search (it was 42% of the daemon's samples under `ls -l`).
+    pub(crate) index: HashMap<String, u64>,
+}
+
+impl Listing {
+    pub(crate) fn new(kids: Vec<(String, u64)>) -> Listing {
+        Listing {
+            at: std::time::Instant::now(),
+            index: kids.iter().cloned().collect(),
+            kids: Arc::new(kids),
+        }
+    }
+}
+
+impl Tree {
+    pub(crate) fn insert(&mut self, node: Node) -> u64 {
+        let k = (node.dir, node.key.clone());
+        if let Some(&ino) = self.by_key.get(&k) {
+            self.nodes.insert(ino, node);
+            return ino;
+        }
+        self.next += 1;
+        let ino = self.next;
+        self.by_key.insert(k, ino);
+        self.nodes.insert(ino, node);
+        ino
+    }
+}
 
 impl ObjectFs {
     /// Lists directory `ino` in the store (again) and returns its
     /// children.
-    pub(crate) fn list(&self, ino: u64) -> io::Result<Vec<(String, u64)>> {
+    pub(crate) fn list(&self, ino: u64) -> io::Result<Kids> {
         let dir = self
             .node(ino)
             .filter(|n| n.dir)
@@ -68,14 +123,15 @@ impl ObjectFs {
             });
             kids.push((name, child));
         }
-        tree.children
-            .insert(ino, (std::time::Instant::now(), kids.clone()));
+        let listing = Listing::new(kids);
+        let kids = listing.kids.clone();
+        tree.children.insert(ino, listing);
         Ok(kids)
     }
 
     /// The root of an `http(s)://` mount "listed": a `HEAD` of its one
     /// object, which then has the size, time and ETag the answer gave.
-    fn head_single(&self, ino: u64, name: &str) -> io::Result<Vec<(String, u64)>> {
+    fn head_single(&self, ino: u64, name: &str) -> io::Result<Kids> {
         let key = format!("{}{name}", self.prefix);
         let meta = self
             .runtime
@@ -96,8 +152,9 @@ impl ObjectFs {
             listed: meta.e_tag.map(|e| (e, std::time::Instant::now())),
         });
         let kids = vec![(name.to_owned(), child)];
-        tree.children
-            .insert(ino, (std::time::Instant::now(), kids.clone()));
+        let listing = Listing::new(kids);
+        let kids = listing.kids.clone();
+        tree.children.insert(ino, listing);
         Ok(kids)
     }
 }
