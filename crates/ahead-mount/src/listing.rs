@@ -41,9 +41,15 @@ pub(crate) struct Listing {
 
 impl Listing {
     pub(crate) fn new(kids: Vec<(String, u64)>) -> Listing {
+        // A name both a prefix (listed first) and a key is the directory,
+        // as a search of the listing in order found it.
+        let mut index = HashMap::with_capacity(kids.len());
+        for (name, ino) in &kids {
+            index.entry(name.clone()).or_insert(*ino);
+        }
         Listing {
             at: std::time::Instant::now(),
-            index: kids.iter().cloned().collect(),
+            index,
             kids: Arc::new(kids),
         }
     }
