@@ -56,6 +56,7 @@ mod listing;
 use listing::{Kids, Tree};
 mod push;
 mod versions;
+mod walk;
 
 /// How long the kernel may keep an entry's or attribute's answer before
 /// asking again (mountpoint-s3's default metadata TTL is one second too).
@@ -506,10 +507,11 @@ impl Filesystem for ObjectFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        // `ls` sees the store as it is now, and pages through that one
-        // listing however long it takes (a listing renewed halfway would
-        // move the offsets under it).
-        match self.list(ino.0) {
+        // `ls` sees the store as it is now (or as a walk's listing read
+        // ahead of it saw it, within the TTL: `walk`), and pages through
+        // that one listing however long it takes (a listing renewed
+        // halfway would move the offsets under it).
+        match self.opendir_listing(ino.0) {
             Ok(kids) => {
                 let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
                 self.dirs

@@ -37,6 +37,11 @@ pub(crate) struct Listing {
     /// Name → inode: a lookup in a directory of 10,000 keys is one probe,
     /// not a search (it was 42% of the daemon's samples under `ls -l`).
     pub(crate) index: HashMap<String, u64>,
+    /// Read ahead of a walk (`walk`), and not yet used by an `opendir`.
+    pub(crate) ahead: bool,
+    /// Child directories the program opened since this listing: the
+    /// second is a walk.
+    pub(crate) opened: u32,
 }
 
 impl Listing {
@@ -51,6 +56,8 @@ impl Listing {
             at: std::time::Instant::now(),
             index,
             kids: Arc::new(kids),
+            ahead: false,
+            opened: 0,
         }
     }
 }

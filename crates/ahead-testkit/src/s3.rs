@@ -49,6 +49,9 @@ pub struct Faults {
     pub failed: AtomicU64,
     /// HEADs answered so far: not a fault, what a test counts.
     pub heads: AtomicU64,
+    /// ListObjectsV2 requests answered so far (each a page): what a test
+    /// counts.
+    pub lists: AtomicU64,
     /// GET bodies read in [`BODY_CHUNK`]s (the rest are s3s-fs's own).
     pub chunked_bodies: AtomicU64,
     /// Milliseconds every GET waits before it is answered (0, the
@@ -284,6 +287,7 @@ impl S3 for Store {
         // each object's, and clients take it from there (a mount opens a
         // listed object without a HEAD). Each is the one s3s-fs keeps
         // beside the object, as its HEAD answers it.
+        self.faults.lists.fetch_add(1, Ordering::Relaxed);
         let bucket = req.input.bucket.clone();
         let like = head_of(&req, &bucket, "")?;
         let mut out = self.fs.list_objects_v2(req).await?;

@@ -11,8 +11,10 @@
 //!
 //! * `put KEY PATH`: uploads the local file `PATH` as `KEY` (by ahead's
 //!   own upload, on the unshaped endpoint); `{"bytes": …}`.
-//! * `bytes`: `{"bytes_down": N}`, the bytes the server has sent through
-//!   the shaper so far (what the clients fetched).
+//! * `bytes`: `{"bytes_down": N, "lists": L, "heads": H}`, the bytes the
+//!   server has sent through the shaper so far (what the clients fetched),
+//!   and the list pages and HEADs it has answered (the embedded server
+//!   only; 0 for Ceph).
 //! * `fail SHARE`: answers that share of GETs with 503 from now on (0
 //!   stops); `{"fail": SHARE}` (the embedded server only).
 //!
@@ -173,9 +175,17 @@ fn command(server: &Store, shaper: Option<&Shaper>, line: &str) -> Result<Value>
             )?;
             Ok(json!({ "bytes": r.totals.bytes }))
         }
-        (Some("bytes"), None, None) => Ok(json!({
-            "bytes_down": shaper.map_or(0, |s| s.bytes_down().load(Ordering::Relaxed)),
-        })),
+        (Some("bytes"), None, None) => {
+            let faults = server.embedded.as_ref().map(|e| e.faults());
+            let count = |f: fn(&ahead_testkit::s3::Faults) -> &std::sync::atomic::AtomicU64| {
+                faults.map_or(0, |x| f(x).load(Ordering::Relaxed))
+            };
+            Ok(json!({
+                "bytes_down": shaper.map_or(0, |s| s.bytes_down().load(Ordering::Relaxed)),
+                "lists": count(|x| &x.lists),
+                "heads": count(|x| &x.heads),
+            }))
+        }
         (Some("fail"), Some(share), None) => {
             let share: f64 = share
                 .parse()
