@@ -62,6 +62,23 @@ impl Listing {
     }
 }
 
+impl Node {
+    /// The file `key` as a listing or a HEAD answered for it (`meta`):
+    /// its size, its time (one before 1970 read as 1970, not as a
+    /// negative count of milliseconds cast to a huge one), and its ETag,
+    /// listed now.
+    pub(crate) fn object(key: String, meta: &object_store::ObjectMeta) -> Node {
+        let ms = meta.last_modified.timestamp_millis().max(0) as u64;
+        Node {
+            key,
+            dir: false,
+            size: meta.size,
+            mtime: UNIX_EPOCH + Duration::from_millis(ms),
+            listed: meta.e_tag.clone().map(|e| (e, std::time::Instant::now())),
+        }
+    }
+}
+
 impl Tree {
     pub(crate) fn insert(&mut self, node: Node) -> u64 {
         let k = (node.dir, node.key.clone());
@@ -125,15 +142,7 @@ impl ObjectFs {
             if name.is_empty() || key == dir.key {
                 continue;
             }
-            let mtime =
-                UNIX_EPOCH + Duration::from_millis(o.last_modified.timestamp_millis() as u64);
-            let child = tree.insert(Node {
-                key,
-                dir: false,
-                size: o.size,
-                mtime,
-                listed: o.e_tag.clone().map(|e| (e, std::time::Instant::now())),
-            });
+            let child = tree.insert(Node::object(key, o));
             kids.push((name, child));
         }
         let listing = Listing::new(kids);
@@ -157,13 +166,7 @@ impl ObjectFs {
                 e => io::Error::other(format!("{}: HEAD: {e}", self.url)),
             })?;
         let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
-        let child = tree.insert(Node {
-            key: name.to_owned(),
-            dir: false,
-            size: meta.size,
-            mtime: UNIX_EPOCH + Duration::from_millis(meta.last_modified.timestamp_millis() as u64),
-            listed: meta.e_tag.map(|e| (e, std::time::Instant::now())),
-        });
+        let child = tree.insert(Node::object(name.to_owned(), &meta));
         let kids = vec![(name.to_owned(), child)];
         let listing = Listing::new(kids);
         let kids = listing.kids.clone();

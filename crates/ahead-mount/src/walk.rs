@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
@@ -177,7 +177,6 @@ impl ObjectFs {
             Some((rel, m))
         });
         let whole = whole_dirs(page, parent, key, done);
-        let now = Instant::now();
         let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
         let mtime = tree.nodes.get(&ino).map_or(UNIX_EPOCH, |n| n.mtime);
         let mut mine = None;
@@ -194,14 +193,7 @@ impl ObjectFs {
                 kids.push((name, child));
             }
             for (name, o) in s.files {
-                let child = tree.insert(Node {
-                    key: format!("{dir}/{name}"),
-                    dir: false,
-                    size: o.size,
-                    mtime: UNIX_EPOCH
-                        + Duration::from_millis(o.last_modified.timestamp_millis().max(0) as u64),
-                    listed: o.e_tag.map(|e| (e, now)),
-                });
+                let child = tree.insert(Node::object(format!("{dir}/{name}"), &o));
                 kids.push((name, child));
             }
             let mut listing = Listing::new(kids);
