@@ -364,12 +364,7 @@ fn find_over_nested_prefixes_takes_a_few_list_pages() {
     // Names that sort next to a directory's `/`: `!` before it, `.` too.
     keys.extend(["top/d1!".into(), "top/d1.x/g".into(), "top/h".into()]);
     let (_work, server, dir) = bucket(keys.iter().map(|k| (k.as_str(), vec![b'k'])).collect());
-    let lists = || {
-        server
-            .faults()
-            .lists
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let lists = || lists(&server);
     // The found paths with what the mount leaves out put back: the keys.
     for (url, under) in [("s3://bkt", ""), ("s3://bkt/top", "top/")] {
         let m = mount_with(&server, &[url, "--metadata-ttl", "60"], &dir);
@@ -401,6 +396,14 @@ fn generated(size: usize, shift: u64) -> Vec<u8> {
     let mut data = vec![0u8; size];
     testdata::fill(&mut data, shift);
     data
+}
+
+/// The list pages the server has answered.
+fn lists(server: &Server) -> u64 {
+    server
+        .faults()
+        .lists
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The HEADs the server has answered.

@@ -95,6 +95,11 @@ impl Tree {
 }
 
 impl ObjectFs {
+    /// A listed key relative to the mounted prefix (`None` if outside it).
+    pub(crate) fn relative(&self, p: &ObjectPath) -> Option<String> {
+        Some(p.as_ref().strip_prefix(&self.prefix)?.to_owned())
+    }
+
     /// Lists directory `ino` in the store (again) and returns its
     /// children.
     pub(crate) fn list(&self, ino: u64) -> io::Result<Kids> {
@@ -114,15 +119,12 @@ impl ObjectFs {
                     .list_with_delimiter((!full.is_empty()).then_some(&at)),
             )
             .map_err(|e| io::Error::other(format!("{}: list {full}: {e}", self.url)))?;
-        let rel = |p: &ObjectPath| -> Option<String> {
-            let s = p.as_ref();
-            let s = s.strip_prefix(self.prefix.trim_end_matches('/'))?;
-            Some(s.trim_start_matches('/').to_owned())
-        };
         let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
         let mut kids = Vec::new();
         for p in &listing.common_prefixes {
-            let Some(key) = rel(p) else { continue };
+            let Some(key) = self.relative(p) else {
+                continue;
+            };
             let name = key.rsplit('/').next().unwrap_or(&key).to_owned();
             let child = tree.insert(Node {
                 key,
@@ -134,7 +136,7 @@ impl ObjectFs {
             kids.push((name, child));
         }
         for o in &listing.objects {
-            let Some(key) = rel(&o.location) else {
+            let Some(key) = self.relative(&o.location) else {
                 continue;
             };
             let name = key.rsplit('/').next().unwrap_or(&key).to_owned();

@@ -172,10 +172,9 @@ impl ObjectFs {
                 Ok((metas, false))
             })
             .map_err(|e| io::Error::other(format!("{}: list {full_parent}: {e}", self.url)))?;
-        let page = metas.into_iter().filter_map(|m| {
-            let rel = m.location.as_ref().strip_prefix(&self.prefix)?.to_owned();
-            Some((rel, m))
-        });
+        let page = metas
+            .into_iter()
+            .filter_map(|m| Some((self.relative(&m.location)?, m)));
         let whole = whole_dirs(page, parent, key, done);
         let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
         let mtime = tree.nodes.get(&ino).map_or(UNIX_EPOCH, |n| n.mtime);
