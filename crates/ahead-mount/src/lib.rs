@@ -170,6 +170,8 @@ pub struct ObjectFs {
     /// such a store cannot be listed, so the root is "listed" by a `HEAD`
     /// of it.
     single: Option<String>,
+    /// Pages of walks' listings asked for ahead of the walks (`walk`).
+    walks: walk::Pending,
 }
 
 impl ObjectFs {
@@ -232,6 +234,7 @@ impl ObjectFs {
             pusher: Some(Arc::default()),
             versions: versions::Versions::default(),
             single,
+            walks: walk::Pending::default(),
         };
         // The store must answer now, not at the first `ls`.
         fs.list(1)?;

@@ -67,19 +67,37 @@ impl Node {
     /// its size, its time (one before 1970 read as 1970, not as a
     /// negative count of milliseconds cast to a huge one), and its ETag,
     /// listed now.
-    pub(crate) fn object(key: String, meta: &object_store::ObjectMeta) -> Node {
+    pub(crate) fn object(
+        key: String,
+        meta: &object_store::ObjectMeta,
+        at: std::time::Instant,
+    ) -> Node {
         let ms = meta.last_modified.timestamp_millis().max(0) as u64;
         Node {
             key,
             dir: false,
             size: meta.size,
             mtime: UNIX_EPOCH + Duration::from_millis(ms),
-            listed: meta.e_tag.clone().map(|e| (e, std::time::Instant::now())),
+            listed: meta.e_tag.clone().map(|e| (e, at)),
         }
     }
 }
 
 impl Tree {
+    /// Inserts `node` as a listing asked at `at` gave it, unless the tree
+    /// has it from an answer after that (a `HEAD` of an open, a listing
+    /// since): its inode either way.
+    pub(crate) fn insert_as_of(&mut self, node: Node, at: std::time::Instant) -> u64 {
+        let k = (node.dir, node.key.clone());
+        if let Some(&ino) = self.by_key.get(&k) {
+            let newer = self.nodes.get(&ino).and_then(|n| n.listed.as_ref());
+            if newer.is_some_and(|l| l.1 > at) {
+                return ino;
+            }
+        }
+        self.insert(node)
+    }
+
     pub(crate) fn insert(&mut self, node: Node) -> u64 {
         let k = (node.dir, node.key.clone());
         if let Some(&ino) = self.by_key.get(&k) {
@@ -144,7 +162,7 @@ impl ObjectFs {
             if name.is_empty() || key == dir.key {
                 continue;
             }
-            let child = tree.insert(Node::object(key, o));
+            let child = tree.insert(Node::object(key, o, std::time::Instant::now()));
             kids.push((name, child));
         }
         let listing = Listing::new(kids);
@@ -168,7 +186,11 @@ impl ObjectFs {
                 e => io::Error::other(format!("{}: HEAD: {e}", self.url)),
             })?;
         let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
-        let child = tree.insert(Node::object(name.to_owned(), &meta));
+        let child = tree.insert(Node::object(
+            name.to_owned(),
+            &meta,
+            std::time::Instant::now(),
+        ));
         let kids = vec![(name.to_owned(), child)];
         let listing = Listing::new(kids);
         let kids = listing.kids.clone();
