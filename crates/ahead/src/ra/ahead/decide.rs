@@ -115,6 +115,14 @@ impl StreamTable {
         let Some((direction, reach)) = self.reading_direction(slot, view) else {
             return Some(self.fallback(req, view));
         };
+        // A backward stream of rows reads the rest of the present row with
+        // the rows below it (as a request, within the largest window).
+        let req = match (direction, s.row) {
+            (Direction::Backward, Some((_, end))) if end > req.end() => {
+                Request::new(req.index, (end - req.index).min(max).max(req.count))
+            }
+            _ => req,
+        };
         // A widened run takes a window of at least two runs, so that the
         // marker sits on the second.
         let min_pages = match direction {

@@ -259,6 +259,95 @@ impl StreamTable {
     }
 }
 
+impl StreamTable {
+    /// Request `req` continues stream `slot` as match `m` says (`previous`:
+    /// the stream of the request before, if it reads ahead).
+    fn continue_with(&mut self, slot: usize, m: Match, req: Request, previous: Option<usize>) {
+        let s = &mut self.streams[slot];
+        match m {
+            Match::Forward => {
+                if s.direction == Direction::Unknown {
+                    s.direction = Direction::Forward;
+                }
+                if s.row.is_some_and(|(_, end)| req.end() > end) {
+                    // Read on past the row: a forward reader.
+                    s.row = None;
+                    s.rows = 0;
+                }
+                if previous.is_some_and(|p| p != slot) {
+                    s.interleaved = true;
+                }
+            }
+            Match::Backward => {
+                if s.direction == Direction::Unknown {
+                    s.direction = Direction::Backward;
+                }
+                if let Some(r) = &mut s.row {
+                    r.0 = r.0.min(req.index);
+                }
+            }
+            Match::Stride if s.jittered => {
+                // An exact gap in a stream whose gaps move says
+                // nothing new: it stays irregular.
+                if let Direction::Irregular { run, .. } = s.direction {
+                    s.direction = Direction::Irregular {
+                        run,
+                        period: s.period,
+                    };
+                }
+            }
+            Match::Stride => {
+                s.confirmations += 1;
+                // A run larger than the maximum window cannot be read
+                // ahead within it; such requests are read whole, one
+                // by one.
+                if s.confirmations >= STRIDE_CONFIRMATIONS && req.count <= self.max {
+                    s.turn_strided(req.count, &mut self.ledger);
+                }
+            }
+            Match::Jitter => s.jitter(req, self.max),
+            Match::StrideCandidate(period) => {
+                s.period = period;
+                s.confirmations = 1;
+                s.direction = Direction::Unknown;
+            }
+            Match::InsideWindow => s.gap_inside_window(req),
+            Match::RowBelow => {
+                let above = s.present_row().map_or(req.end(), |r| r.0);
+                s.row = Some((req.index, above));
+                s.rows += 1;
+                if s.rows >= 2 {
+                    s.direction = Direction::Backward;
+                }
+            }
+            Match::WithinRow => {}
+        }
+        if s.held {
+            // Re-armed only by requests that continue the stream
+            // exactly as its pattern predicts (a gap that moved
+            // is the evidence that held it).
+            let exact = matches!(
+                m,
+                Match::Forward
+                    | Match::Backward
+                    | Match::Stride
+                    | Match::RowBelow
+                    | Match::WithinRow
+            );
+            s.rearm = if exact { s.rearm + 1 } else { 0 };
+            if s.rearm >= self.rearm_need {
+                s.held = false;
+                s.rearm = 0;
+                s.ledger = Ledger::PROBATION;
+                s.size = 0;
+            }
+        }
+        s.last = req;
+        s.last_used = self.clock;
+        s.seen += req.count;
+    }
+}
+
 impl Policy for StreamTable {
     fn name(&self) -> &'static str {
         "ahead"
@@ -291,7 +380,12 @@ impl Policy for StreamTable {
             found,
             Some((
                 _,
-                Match::Forward | Match::Backward | Match::Stride | Match::Jitter
+                Match::Forward
+                    | Match::Backward
+                    | Match::Stride
+                    | Match::Jitter
+                    | Match::RowBelow
+                    | Match::WithinRow
             ))
         );
         self.continued = continues;
@@ -315,64 +409,7 @@ impl Policy for StreamTable {
         let slot = match found {
             None => self.new_stream(req),
             Some((slot, m)) => {
-                let s = &mut self.streams[slot];
-                match m {
-                    Match::Forward => {
-                        if s.direction == Direction::Unknown {
-                            s.direction = Direction::Forward;
-                        }
-                        if previous.is_some_and(|p| p != slot) {
-                            s.interleaved = true;
-                        }
-                    }
-                    Match::Backward => {
-                        if s.direction == Direction::Unknown {
-                            s.direction = Direction::Backward;
-                        }
-                    }
-                    Match::Stride if s.jittered => {
-                        // An exact gap in a stream whose gaps move says
-                        // nothing new: it stays irregular.
-                        if let Direction::Irregular { run, .. } = s.direction {
-                            s.direction = Direction::Irregular {
-                                run,
-                                period: s.period,
-                            };
-                        }
-                    }
-                    Match::Stride => {
-                        s.confirmations += 1;
-                        // A run larger than the maximum window cannot be read
-                        // ahead within it; such requests are read whole, one
-                        // by one.
-                        if s.confirmations >= STRIDE_CONFIRMATIONS && req.count <= self.max {
-                            s.turn_strided(req.count, &mut self.ledger);
-                        }
-                    }
-                    Match::Jitter => s.jitter(req, self.max),
-                    Match::StrideCandidate(period) => {
-                        s.period = period;
-                        s.confirmations = 1;
-                        s.direction = Direction::Unknown;
-                    }
-                    Match::InsideWindow => s.gap_inside_window(req),
-                }
-                if s.held {
-                    // Re-armed only by requests that continue the stream
-                    // exactly as its pattern predicts (a gap that moved
-                    // is the evidence that held it).
-                    let exact = matches!(m, Match::Forward | Match::Backward | Match::Stride);
-                    s.rearm = if exact { s.rearm + 1 } else { 0 };
-                    if s.rearm >= self.rearm_need {
-                        s.held = false;
-                        s.rearm = 0;
-                        s.ledger = Ledger::PROBATION;
-                        s.size = 0;
-                    }
-                }
-                s.last = req;
-                s.last_used = self.clock;
-                s.seen += req.count;
+                self.continue_with(slot, m, req, previous);
                 slot
             }
         };
@@ -452,6 +489,7 @@ impl Policy for StreamTable {
                 let dir = match s.direction {
                     Direction::Unknown => "unknown".to_string(),
                     Direction::Forward => "forward".to_string(),
+                    Direction::Backward if s.row.is_some() => "backward by rows".to_string(),
                     Direction::Backward => "backward".to_string(),
                     Direction::Strided { run, period } => {
                         format!("strided (run {run}, period {period} pages)")

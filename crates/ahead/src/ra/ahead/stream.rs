@@ -24,6 +24,18 @@ pub(crate) const STRIDE_CONFIRMATIONS: u32 = 2;
 /// they are not.
 pub(crate) const STRIDE_JITTER: u64 = 2;
 
+/// The longest row a backward scan may read forward, in pages: 32
+/// (128 KiB, 32 reads of 4 KiB). A database row with its overflow pages,
+/// a record a reader of a file's end takes forward once found: a few pages
+/// each. A longer forward run that then jumps below its start is a forward
+/// reader that went back, not a row.
+pub(crate) const ROW_MAX: u64 = 32;
+
+/// Pages a row may lie below the one read before it, short of touching it:
+/// 2, as a stride's gap may move ([`STRIDE_JITTER`]) — a row's pages need
+/// not be the next ones down (a free page, a page of another table).
+pub(crate) const ROW_SLACK: u64 = 2;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Direction {
     Unknown,
@@ -83,6 +95,12 @@ pub(super) struct Stream {
     pub(super) seen: u64,
     /// Forward, but continued after other streams' requests.
     pub(super) interleaved: bool,
+    /// Rows read forward one below the other (`order by id desc` over rows
+    /// of a few pages): the present row's first page and the page past
+    /// its end (where the row read before began), and how many rows below
+    /// one another were seen. The second makes the stream backward.
+    pub(super) row: Option<(u64, u64)>,
+    pub(super) rows: u32,
 }
 
 impl Stream {
@@ -107,7 +125,46 @@ impl Stream {
         jittered: false,
         seen: 0,
         interleaved: false,
+        row: None,
+        rows: 0,
     };
+
+    /// The stream's present row, `(first page, page past its end)`: the
+    /// row its rows began, else a forward stream's run so far, or a
+    /// backward stream's last request.
+    pub(super) fn present_row(&self) -> Option<(u64, u64)> {
+        match (self.row, self.direction) {
+            (Some(r), Direction::Forward | Direction::Backward) => Some(r),
+            (None, Direction::Forward) => Some((self.origin, self.last.end())),
+            (None, Direction::Backward) => Some((self.last.index, self.last.end())),
+            _ => None,
+        }
+    }
+
+    /// How `req` continues this stream as rows read one below the other,
+    /// each in any order (`order by id desc` over rows of a few pages):
+    /// the next row down ([`Match::RowBelow`]: it begins below the present
+    /// row, within the row's length and [`ROW_SLACK`] of it), or the
+    /// present row of a backward stream read on forward
+    /// ([`Match::WithinRow`]). A forward stream's run is a row if it is 2
+    /// to [`ROW_MAX`] pages; after that first row below, a row is 1 to
+    /// [`ROW_MAX`] pages.
+    pub(super) fn row_match(&self, req: Request) -> Option<Match> {
+        let (start, end) = self.present_row()?;
+        let backward = self.direction == Direction::Backward;
+        if backward && req.index == self.last.end() && req.index > start && req.end() <= end {
+            return Some(Match::WithinRow);
+        }
+        let len = end.saturating_sub(start);
+        // A row may be one page once the stream is known to go down by
+        // rows (rows read in any order: a row's last page read first is a
+        // row of one below the run read before it).
+        let least = if backward || self.row.is_some() { 1 } else { 2 };
+        if !(least..=ROW_MAX).contains(&len) || req.end() > start {
+            return None;
+        }
+        (start - req.index <= len.max(least) + ROW_SLACK).then_some(Match::RowBelow)
+    }
 
     pub(super) fn owns(&self, index: u64) -> Option<u64> {
         self.owning_window(index).map(|(_, issued_at)| issued_at)
@@ -256,6 +313,11 @@ pub(super) enum Match {
     Jitter,
     StrideCandidate(u64),
     InsideWindow,
+    /// The first page of a row just below the stream's present row
+    /// ([`Stream::row_match`]).
+    RowBelow,
+    /// The present row of a backward stream of rows, read on forward.
+    WithinRow,
 }
 
 impl StreamTable {
@@ -263,7 +325,12 @@ impl StreamTable {
         let mut best: Option<(usize, Match, u64)> = None;
         let mut consider = |slot: usize, m: Match, used: u64| {
             let rank = |m: Match| match m {
-                Match::Forward | Match::Backward | Match::Stride | Match::Jitter => 0,
+                Match::Forward
+                | Match::Backward
+                | Match::Stride
+                | Match::Jitter
+                | Match::RowBelow
+                | Match::WithinRow => 0,
                 Match::InsideWindow => 1,
                 Match::StrideCandidate(_) => 2,
             };
@@ -294,6 +361,10 @@ impl StreamTable {
                 && (req.end() == s.last.index || req.end() == s.last.index + 1)
             {
                 consider(slot, Match::Backward, s.last_used);
+                continue;
+            }
+            if let Some(m) = s.row_match(req) {
+                consider(slot, m, s.last_used);
                 continue;
             }
             // A forward stream's gaps, seen inside its own window, are
