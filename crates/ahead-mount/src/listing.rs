@@ -84,7 +84,7 @@ impl Node {
 }
 
 impl Tree {
-    /// Inserts `node` as a listing asked at `at` gave it, unless the tree
+    /// Inserts `node` as a listing answered at `at` gave it, unless the tree
     /// has it from an answer after that (a `HEAD` of an open, a listing
     /// since): its inode either way.
     pub(crate) fn insert_as_of(&mut self, node: Node, at: std::time::Instant) -> u64 {

@@ -45,15 +45,15 @@ pub(crate) const WALK_KEYS: usize = 1000;
 /// gets there, as before.
 const PENDING_MAX: usize = 4;
 
-/// A page of keys and whether the listing ended with it.
-type PageResult = object_store::Result<(Vec<ObjectMeta>, bool)>;
+/// A page of keys, whether the listing ended with it, and when its answer
+/// came (the time a listing dates from, as [`ObjectFs::list`]'s does).
+type PageResult = object_store::Result<(Vec<ObjectMeta>, bool, Instant)>;
 
 /// A page of a walk's listing asked for ahead of the walk: the keys under
-/// directory `parent` after `from` (a child of it), asked at `at`.
+/// directory `parent` after `from` (a child of it).
 struct Page {
     parent: String,
     from: String,
-    at: Instant,
     task: tokio::task::JoinHandle<PageResult>,
 }
 
@@ -73,10 +73,10 @@ async fn list_page(
     while metas.len() < WALK_KEYS {
         match s.next().await {
             Some(m) => metas.push(m?),
-            None => return Ok((metas, true)),
+            None => return Ok((metas, true, Instant::now())),
         }
     }
-    Ok((metas, false))
+    Ok((metas, false, Instant::now()))
 }
 
 /// The directory `key` is in (`""`: the root).
@@ -236,8 +236,7 @@ impl ObjectFs {
     /// used), or `None` where the page ended inside it.
     fn list_ahead(&self, ino: u64, key: &str) -> io::Result<Option<Kids>> {
         let parent = parent_of(key);
-        let at = Instant::now();
-        let (metas, done) = self
+        let (metas, done, at) = self
             .runtime
             .block_on(self.page_of(parent, key))
             .map_err(|e| self.list_error(parent, e))?;
@@ -275,14 +274,15 @@ impl ObjectFs {
         pending.push(Page {
             parent: parent.to_owned(),
             from,
-            at: Instant::now(),
             task,
         });
     }
 
     /// Directory `ino`'s children from a page asked for ahead of a walk
     /// that covers it (waiting for the page if it has not come), the page
-    /// then kept. Pages older than the TTL are dropped.
+    /// then kept; `None` if no page covers it, or the page failed or is
+    /// older than the TTL (the caller lists as it would have). A page no
+    /// `opendir` takes goes when [`PENDING_MAX`] newer ones are asked.
     fn take_pending(&self, ino: u64) -> Option<Kids> {
         let key = {
             let tree = self.tree.read().unwrap_or_else(|p| p.into_inner());
@@ -290,25 +290,20 @@ impl ObjectFs {
         };
         let page = {
             let mut pending = self.walks.0.lock().unwrap_or_else(|p| p.into_inner());
-            pending.retain(|p| {
-                let fresh = p.at.elapsed() < self.metadata_ttl;
-                if !fresh {
-                    p.task.abort();
-                }
-                fresh
-            });
             let i = pending
                 .iter()
                 .position(|p| under(&key, &p.parent) && key.as_str() >= p.from.as_str())?;
             pending.remove(i)
         };
-        // A page that failed is listed again, by the caller, with its error.
-        let (metas, done) = self.runtime.block_on(page.task).ok()?.ok()?;
-        self.keep_page(ino, &page.parent, &page.from, metas, done, page.at)
+        let (metas, done, at) = self.runtime.block_on(page.task).ok()?.ok()?;
+        if at.elapsed() >= self.metadata_ttl {
+            return None;
+        }
+        self.keep_page(ino, &page.parent, &page.from, metas, done, at)
     }
 
     /// Keeps the listing of every directory a page of keys under `parent`
-    /// after `from`, asked at `at`, covered whole (not over a newer one),
+    /// after `from`, answered at `at`, covered whole (not over a newer one),
     /// and asks for the next page if there is one. Returns `ino`'s
     /// children if it is one of them (its listing then used).
     fn keep_page(
@@ -335,7 +330,7 @@ impl ObjectFs {
         mine
     }
 
-    /// Keeps the listings `whole` gives, asked at `at`, each but `ino`'s
+    /// Keeps the listings `whole` gives, answered at `at`, each but `ino`'s
     /// marked as read ahead; a directory listed since keeps its own.
     fn keep_listings(
         &self,
