@@ -220,7 +220,7 @@ impl ObjectFs {
         if key.is_empty() {
             return None;
         }
-        let parent = key.rsplit_once('/').map_or("", |(p, _)| p).to_owned();
+        let parent = parent_of(&key).to_owned();
         let &up = tree.by_key.get(&(true, parent))?;
         let l = tree
             .children

@@ -163,7 +163,7 @@ impl Stream {
         if !(least..=ROW_MAX).contains(&len) || req.end() > start {
             return None;
         }
-        (start - req.index <= len.max(least) + ROW_SLACK).then_some(Match::RowBelow)
+        (start - req.index <= len + ROW_SLACK).then_some(Match::RowBelow)
     }
 
     pub(super) fn owns(&self, index: u64) -> Option<u64> {
