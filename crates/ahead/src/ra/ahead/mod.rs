@@ -376,18 +376,7 @@ impl Policy for StreamTable {
             s.live && s.direction != Direction::Unknown
         });
         let mut found = self.find(req);
-        let continues = matches!(
-            found,
-            Some((
-                _,
-                Match::Forward
-                    | Match::Backward
-                    | Match::Stride
-                    | Match::Jitter
-                    | Match::RowBelow
-                    | Match::WithinRow
-            ))
-        );
+        let continues = found.is_some_and(|(_, m)| m.continues());
         self.continued = continues;
         if !continues && self.split_rows(req) {
             found = self.find(req);

@@ -320,19 +320,30 @@ pub(super) enum Match {
     WithinRow,
 }
 
+impl Match {
+    /// Whether the request continues the stream as its pattern goes (not
+    /// a gap inside its window, nor a stride still to be confirmed).
+    pub(super) fn continues(self) -> bool {
+        matches!(
+            self,
+            Match::Forward
+                | Match::Backward
+                | Match::Stride
+                | Match::Jitter
+                | Match::RowBelow
+                | Match::WithinRow
+        )
+    }
+}
+
 impl StreamTable {
     pub(super) fn find(&self, req: Request) -> Option<(usize, Match)> {
         let mut best: Option<(usize, Match, u64)> = None;
         let mut consider = |slot: usize, m: Match, used: u64| {
             let rank = |m: Match| match m {
-                Match::Forward
-                | Match::Backward
-                | Match::Stride
-                | Match::Jitter
-                | Match::RowBelow
-                | Match::WithinRow => 0,
+                m if m.continues() => 0,
                 Match::InsideWindow => 1,
-                Match::StrideCandidate(_) => 2,
+                _ => 2,
             };
             let better = match best {
                 None => true,
