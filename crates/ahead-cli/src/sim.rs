@@ -49,6 +49,16 @@ pub struct SimArgs {
     /// (2.6.21-rc7-mm1) had it; mainline added it in 2.6.31.
     #[arg(long = "no-context-readahead")]
     no_context_readahead: bool,
+    /// `replay`: one reader per thread of the traced program, each asking
+    /// for its reads one after another with the time the program took
+    /// between them (from the trace's `tid=` and `t=`; record it warm), so
+    /// that the kernel's readahead overlaps the program's computing as it
+    /// does in a real run. Without it each stream's reads follow one
+    /// another with no time between, all streams at once. `--timed=F`
+    /// scales the program's times by F (below 1 to take off what tracing
+    /// added: the traced run's span less its extra time, over its span).
+    #[arg(long, value_name = "F", num_args = 0..=1, default_missing_value = "1", require_equals = true)]
+    timed: Option<f64>,
     /// Print one JSON array of results on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -93,6 +103,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         trace_file: args.trace_file.clone(),
         seed: args.seed,
         context_readahead: !args.no_context_readahead,
+        timed: args.timed,
     };
     let started = Instant::now();
     let rows = scenario::run(&scenario, &opts)?;
@@ -117,6 +128,15 @@ pub fn run(args: SimArgs) -> Result<()> {
         outln!(
             "the kernel's largest readahead window: {}",
             ahead::units::format_size(kib << 10)
+        );
+    }
+    if let Some(span) = rows.iter().find_map(|r| r.program_s) {
+        outln!(
+            "timed: the traced program's reads spanned {span:.3} s; each policy's time: {}",
+            rows.iter()
+                .map(|r| format!("{} {:.3} s", r.policy, r.seconds))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     if args.no_context_readahead {

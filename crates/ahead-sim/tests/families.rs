@@ -17,7 +17,7 @@
 use ahead::ra::accuracy::EVIDENCE_PAGES;
 use ahead::ra::{PolicyKind, RaConfig};
 use ahead_sim::device::{CappedParams, DeviceKind};
-use ahead_sim::engine::{EngineConfig, PhaseStats, ReaderSpec, Simulator};
+use ahead_sim::engine::{EngineConfig, Op, PhaseStats, ReaderSpec, Simulator};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 
@@ -231,7 +231,7 @@ fn simulate(case: &Case, policy: PolicyKind, device: DeviceKind) -> PhaseStats {
         start: 0.0,
         interval: 0.0,
         depth: 1,
-        ops: Box::new(ops.into_iter()),
+        ops: Box::new(ops.into_iter().map(Op::from)),
         page_faults: false,
     }])
 }

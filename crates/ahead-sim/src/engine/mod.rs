@@ -3,8 +3,10 @@
 //! Virtual time in seconds; events are ordered by time, then by the order in
 //! which they were scheduled, so a run is deterministic.
 //!
-//! * **Readers** issue requests (byte ranges of one file) one after another,
-//!   up to `depth` at once, no faster than one per `interval`. A request is
+//! * **Readers** issue requests (byte ranges of one file, or of several
+//!   for a traced thread) one after another, up to `depth` at once, no
+//!   faster than one per `interval`, and each after the program's time
+//!   following the one before ([`Op::think`], from a trace). A request is
 //!   served through [`ahead::ra::drive`] — the very function the file engine
 //!   uses — with this engine's cache as the page table; the reader then waits
 //!   for the pages still in flight.
@@ -29,11 +31,13 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 mod policy;
 mod preload;
 mod serve;
+mod spec;
 mod table;
 
 pub use policy::SimPolicy;
 use preload::Preload;
 use serve::issue;
+pub use spec::{Op, PhaseStats, ReaderSpec};
 use table::FileTable;
 
 const NIL: u32 = u32::MAX;
@@ -60,54 +64,6 @@ pub struct EngineConfig {
     pub max_io_pages: u64,
     /// Width of a timeline bucket in seconds; 0 keeps no timeline.
     pub bucket: f64,
-}
-
-/// A reader: a sequence of requests on one file.
-pub struct ReaderSpec {
-    /// Which file (index into the engine's files).
-    pub file: usize,
-    /// When the reader starts, seconds after the phase starts.
-    pub start: f64,
-    /// Least time between the issue of two requests, seconds.
-    pub interval: f64,
-    /// Requests in flight at once.
-    pub depth: usize,
-    /// The requests, as (byte offset, byte length).
-    pub ops: Box<dyn Iterator<Item = (u64, u64)>>,
-    /// The requests are page faults of a mapping of the file (an `ahead
-    /// trace`'s `map=1` lines), served as the kernel's `filemap_fault`
-    /// does: read-around on a miss, the policy only at a marker.
-    pub page_faults: bool,
-}
-
-/// Counters of one phase.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct PhaseStats {
-    /// Virtual seconds from the phase's start to its last reader's last
-    /// request.
-    pub seconds: f64,
-    /// Bytes the readers asked for (cut to the file).
-    pub bytes_requested: u64,
-    /// Pages the readers asked for.
-    pub pages_requested: u64,
-    /// Pages found cached (not in flight) when asked for.
-    pub pages_hit: u64,
-    /// Bytes read from the device.
-    pub device_bytes: u64,
-    /// I/Os sent to the device.
-    pub device_ios: u64,
-    /// Pages read by readahead windows.
-    pub readahead_pages: u64,
-    /// Readahead pages evicted before any reader used them.
-    pub evicted_before_use: u64,
-    /// Readahead pages of this phase never used by its end.
-    pub unused_at_end: u64,
-    /// Requests that waited for a page readahead had already asked for.
-    pub late_prefetches: u64,
-    /// Requests served.
-    pub requests: u64,
-    /// Per bucket: (delivered bytes, device bytes, device I/Os).
-    pub timeline: Vec<(u64, u64, u64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +110,8 @@ struct PendingRequest {
     reader: usize,
     waiting: u32,
     bytes: u64,
+    /// The program's time after it ([`Op::think`]).
+    think: f64,
 }
 
 struct Reader {
@@ -392,7 +350,7 @@ impl Simulator {
                 Ev::Issue(r) => {
                     readers[r].scheduled = false;
                     while readers[r].in_flight < readers[r].spec.depth.max(1) && !readers[r].done {
-                        let Some((off, len)) = readers[r].spec.ops.next() else {
+                        let Some(op) = readers[r].spec.ops.next() else {
                             readers[r].done = true;
                             if readers[r].in_flight == 0 {
                                 live -= 1;
@@ -401,24 +359,26 @@ impl Simulator {
                         };
                         readers[r].last_issue = c.now;
                         readers[r].in_flight += 1;
-                        let file = readers[r].spec.file;
+                        let file = op.file.unwrap_or(readers[r].spec.file);
                         let id = free_requests.pop().unwrap_or_else(|| {
                             requests.push(PendingRequest {
                                 reader: r,
                                 waiting: 0,
                                 bytes: 0,
+                                think: 0.0,
                             });
                             (requests.len() - 1) as u32
                         });
                         let policy = &mut *self.policies[file];
                         let hints = self.preload[file].as_mut();
-                        let faults = readers[r].spec.page_faults;
+                        let faults = op.fault.unwrap_or(readers[r].spec.page_faults);
                         let (waiting, bytes) =
-                            issue(c, policy, hints, (file, faults), (off, len), id);
+                            issue(c, policy, hints, (file, faults), (op.offset, op.len), id);
                         requests[id as usize] = PendingRequest {
                             reader: r,
                             waiting,
                             bytes,
+                            think: op.think,
                         };
                         if waiting == 0 {
                             c.schedule(c.now + cpu_time(bytes), Ev::RequestDone(id));
@@ -445,7 +405,7 @@ impl Simulator {
                 Ev::Hint { file, page, count } => serve::hint(c, file, page, count),
                 Ev::RequestDone(id) => {
                     let req = &requests[id as usize];
-                    let r = req.reader;
+                    let (r, think) = (req.reader, req.think);
                     c.stats.requests += 1;
                     c.bucket_add(req.bytes, 0, 0);
                     free_requests.push(id);
@@ -457,7 +417,8 @@ impl Simulator {
                         }
                     } else if !readers[r].scheduled {
                         readers[r].scheduled = true;
-                        let at = (readers[r].last_issue + readers[r].spec.interval).max(c.now);
+                        let at =
+                            (readers[r].last_issue + readers[r].spec.interval).max(c.now + think);
                         c.schedule(at, Ev::Issue(r));
                     }
                 }
@@ -466,15 +427,7 @@ impl Simulator {
                 break;
             }
         }
-        c.stats.seconds = last_done - start;
-        // Readahead of this phase that nobody used.
-        let phase = c.phase;
-        c.stats.unused_at_end = c
-            .pages
-            .iter()
-            .filter(|p| p.readahead_unused && p.phase == phase && p.state != State::Absent)
-            .count() as u64;
-        std::mem::take(&mut c.stats)
+        c.end_phase(last_done - start)
     }
 }
 
@@ -494,6 +447,19 @@ fn cpu_time(bytes: u64) -> f64 {
 }
 
 impl Core {
+    /// The phase's counters, taken: its time, and the readahead of this
+    /// phase that nobody used.
+    fn end_phase(&mut self, seconds: f64) -> PhaseStats {
+        self.stats.seconds = seconds;
+        let phase = self.phase;
+        self.stats.unused_at_end = self
+            .pages
+            .iter()
+            .filter(|p| p.readahead_unused && p.phase == phase && p.state != State::Absent)
+            .count() as u64;
+        std::mem::take(&mut self.stats)
+    }
+
     /// Whether I/O `io` is readahead issued by an earlier request.
     fn is_prefetch(&self, io: u32) -> bool {
         let io = &self.ios[io as usize];

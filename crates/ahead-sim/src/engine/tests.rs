@@ -25,7 +25,7 @@ fn seq(file_pages: u64, record: u64) -> ReaderSpec {
         start: 0.0,
         interval: 0.0,
         depth: 1,
-        ops: Box::new((0..file_pages * 4096 / record).map(move |i| (i * record, record))),
+        ops: Box::new((0..file_pages * 4096 / record).map(move |i| (i * record, record).into())),
         page_faults: false,
     }
 }
@@ -82,7 +82,7 @@ fn backward(file_pages: u64, record: u64) -> ReaderSpec {
         start: 0.0,
         interval: 0.0,
         depth: 1,
-        ops: Box::new((0..n).rev().map(move |i| (i * record, record))),
+        ops: Box::new((0..n).rev().map(move |i| (i * record, record).into())),
         page_faults: false,
     }
 }
@@ -118,7 +118,7 @@ fn faults(pages: Vec<u64>) -> ReaderSpec {
         start: 0.0,
         interval: 0.0,
         depth: 1,
-        ops: Box::new(pages.into_iter().map(|p| (p * 4096, 4096))),
+        ops: Box::new(pages.into_iter().map(|p| (p * 4096, 4096).into())),
         page_faults: true,
     }
 }

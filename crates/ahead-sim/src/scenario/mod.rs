@@ -14,7 +14,7 @@
 //! bytes, as iozone's preceding write test leaves it.
 
 use crate::device::DeviceKind;
-use crate::engine::{EngineConfig, PhaseStats, ReaderSpec, SimPolicy, Simulator};
+use crate::engine::{EngineConfig, Op, PhaseStats, ReaderSpec, SimPolicy, Simulator};
 use ahead::ra::RaConfig;
 use ahead::testdata::column_order;
 use ahead::units::{format_size, GIB, KIB, MIB};
@@ -163,6 +163,12 @@ pub struct SimOptions {
     pub seed: u64,
     /// Context readahead in `ondemand` ([`RaConfig::context_readahead`]).
     pub context_readahead: bool,
+    /// `replay`: one reader per thread of the traced program, each read
+    /// after the program's time since the one before, from the trace's
+    /// timestamps, times this factor (`--timed`; below 1 to take off what
+    /// tracing added), where the reads of each stream otherwise follow one
+    /// another with no time between and the streams run at once (`None`).
+    pub timed: Option<f64>,
 }
 
 impl Default for SimOptions {
@@ -177,6 +183,7 @@ impl Default for SimOptions {
             trace_file: None,
             seed: 42,
             context_readahead: true,
+            timed: None,
         }
     }
 }
@@ -279,6 +286,10 @@ pub struct SimResult {
     /// trace's `# readahead` line, or the default).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_readahead_kib: Option<u64>,
+    /// Timed replay only: seconds from the trace's first read to its last,
+    /// as the traced run took them (its computing and its reads).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program_s: Option<f64>,
 }
 
 fn result(
@@ -314,6 +325,7 @@ fn result(
         timeline_mb_s: None,
         context_readahead: None,
         max_readahead_kib: None,
+        program_s: None,
     }
 }
 
@@ -418,7 +430,7 @@ fn reader(file: usize, ops: impl Iterator<Item = (u64, u64)> + 'static) -> Reade
         start: 0.0,
         interval: 0.0,
         depth: 1,
-        ops: Box::new(ops),
+        ops: Box::new(ops.map(Op::from)),
         page_faults: false,
     }
 }
@@ -529,7 +541,7 @@ fn aio_random(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError>
             start: 0.0,
             interval: 0.0,
             depth: 64,
-            ops: Box::new(order.into_iter().map(move |r| (r * rec, rec))),
+            ops: Box::new(order.into_iter().map(move |r| (r * rec, rec).into())),
             page_faults: false,
         }]);
         let name = format!("random-{}k", rec / KIB);
@@ -614,7 +626,7 @@ fn thrash(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, SimError> {
                     start,
                     interval,
                     depth: 1,
-                    ops: Box::new((0..n).map(move |i| (i * rec, rec))),
+                    ops: Box::new((0..n).map(move |i| (i * rec, rec).into())),
                     page_faults: false,
                 }
             })

@@ -8,7 +8,7 @@
 //! through the cache.
 
 use super::{per_policy, result, setup, Scenario, SimError, SimOptions, SimResult, PAGE};
-use crate::engine::{EngineConfig, ReaderSpec, Simulator};
+use crate::engine::{EngineConfig, Op, ReaderSpec, Simulator};
 use ahead::ra::RaConfig;
 use ahead::units::{KIB, MIB};
 
@@ -86,7 +86,7 @@ pub(super) fn remote(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, Si
                     start: 0.0,
                     interval: 0.0,
                     depth: *depth,
-                    ops: Box::new(reads.clone().into_iter()),
+                    ops: Box::new(reads.clone().into_iter().map(Op::from)),
                     page_faults: false,
                 }]);
                 let record = mean_len(reads);

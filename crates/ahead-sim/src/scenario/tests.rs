@@ -23,6 +23,8 @@ fn trace_errors_name_the_line() {
             stream: 7,
             file: 0,
             fault: false,
+            tid: None,
+            t: None,
         }
     );
     let t = parse_trace("0 4k 3 map=1\n4096 4k 3 map=0\n", p).unwrap();
@@ -46,6 +48,9 @@ fn ahead_trace_lines_name_their_files() {
     assert_eq!(t.files[1].path.as_deref(), Some("/d/b"));
     assert_eq!(t.ops[1].file, 1);
     assert_eq!(t.ops[2].stream, 3);
+    assert_eq!((t.ops[1].tid, t.ops[1].t), (Some(8), Some(2)));
+    let err = parse_trace("0 4k 3 t=soon\n", p).unwrap_err().to_string();
+    assert!(err.contains("t=soon"), "{err}");
     t.only("a.db").unwrap();
     assert_eq!(t.ops.len(), 2);
     assert!(t.only("nope").unwrap_err().contains("7:1 /d/a.db"));
@@ -107,4 +112,79 @@ fn small_iozone_runs_every_workload_for_every_policy() {
         assert!(row.throughput_mb_s > 0.0, "{row:?}");
         assert!((row.requested_mb - 64.0 * 1.048576).abs() < 0.01, "{row:?}");
     }
+}
+
+/// Replays `text` as a trace file on the `ssd` model with `ondemand`,
+/// timed by `timed` (see [`SimOptions::timed`]).
+fn replay_text(text: &str, timed: Option<f64>) -> Result<SimResult, SimError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.trace");
+    std::fs::write(&path, text).unwrap();
+    let o = SimOptions {
+        policies: vec![ahead::ra::PolicyKind::OnDemand.into()],
+        device: DeviceKind::Ssd,
+        timed,
+        ..SimOptions::default()
+    };
+    run(&Scenario::Replay(path), &o).map(|mut rows| rows.remove(0))
+}
+
+/// A forward reader that computes 1 ms after each 16 KiB it reads: timed,
+/// its replay takes the program's 0.5 s and the device's time hides under
+/// it, as the kernel's readahead reads on while the program computes
+/// (at most a quarter of it shows); untimed, the device's time alone.
+/// Halved (`--timed=0.5`), half the program's time.
+#[test]
+fn a_timed_replay_overlaps_the_programs_time_with_readahead() {
+    let mut text = String::from("# file 1:1 8388608 /d/f\n");
+    for i in 0..512u64 {
+        text += &format!("{} 16384 3 file=1:1 tid=1 t={}\n", i * 16384, i * 1_000_000);
+    }
+    let untimed = replay_text(&text, None).unwrap();
+    let timed = replay_text(&text, Some(1.0)).unwrap();
+    let half = replay_text(&text, Some(0.5)).unwrap();
+    let program = 0.511;
+    assert_eq!(timed.program_s, Some(program));
+    assert_eq!(untimed.program_s, None);
+    assert!(untimed.seconds < 0.2, "{untimed:?}");
+    // The program's own span, the reads' copies within it, and at most a
+    // quarter of the device's time on top.
+    assert!(
+        timed.seconds >= 0.5 && timed.seconds < program + untimed.seconds / 4.0,
+        "timed {} s, untimed {} s",
+        timed.seconds,
+        untimed.seconds
+    );
+    assert!(
+        half.seconds >= 0.25 && half.seconds < program / 2.0 + untimed.seconds / 4.0,
+        "{half:?}"
+    );
+}
+
+/// One thread reading two files backward, the first whole before the
+/// second: a timed replay reads them one after the other, as the thread
+/// did, where the untimed one runs the two descriptors as two readers at
+/// once. A trace without timestamps is refused a timed replay.
+#[test]
+fn a_timed_replay_keeps_a_threads_reads_in_order_across_files() {
+    let mut text = String::from("# file 1:1 4194304 /d/a\n# file 1:2 4194304 /d/b\n");
+    let mut t = 0;
+    for (file, fd) in [("1:1", 3), ("1:2", 4)] {
+        for i in (0..256u64).rev() {
+            t += 1;
+            text += &format!("{} 4096 {fd} file={file} tid=1 t={t}\n", i * 16384);
+        }
+    }
+    let untimed = replay_text(&text, None).unwrap();
+    let timed = replay_text(&text, Some(1.0)).unwrap();
+    assert!(
+        timed.seconds > 1.6 * untimed.seconds,
+        "timed {} s, untimed {} s",
+        timed.seconds,
+        untimed.seconds
+    );
+    let err = replay_text("0 4096 3\n4096 4096 3\n", Some(1.0))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("needs tid= and t="), "{err}");
 }

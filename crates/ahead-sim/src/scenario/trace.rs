@@ -5,7 +5,7 @@
 use super::SimResult;
 use super::{engine_config, per_policy, reader, result, setup, Scenario, SimError, SimOptions};
 use super::{KIB, PAGE};
-use crate::engine::ReaderSpec;
+use crate::engine::{Op, ReaderSpec, COPY_RATE, REQUEST_CPU};
 
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +21,10 @@ pub struct TraceOp {
     pub file: usize,
     /// A page fault of a mapping of the file (`map=1`), not a read.
     pub fault: bool,
+    /// The thread that made it (`tid=`).
+    pub tid: Option<u64>,
+    /// When it returned, nanoseconds of a monotonic clock (`t=`).
+    pub t: Option<u64>,
 }
 
 /// A file a trace reads.
@@ -168,54 +172,8 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
         if line.is_empty() {
             continue;
         }
-        let mut positional: Vec<&str> = Vec::new();
-        let mut file = 0;
-        let mut fault = false;
-        for field in line.split_whitespace() {
-            match field.split_once('=') {
-                Some(("file", id)) => file = trace.file_index(id),
-                Some(("tid", _)) | Some(("t", _)) => {}
-                Some(("map", v)) => {
-                    fault = match v {
-                        "1" => true,
-                        "0" => false,
-                        _ => return Err(bad(format!("map={v}: expected 0 or 1"))),
-                    }
-                }
-                Some((key, _)) => {
-                    return Err(bad(format!(
-                        "unknown field '{key}=' (known: file=, tid=, t=, map=)"
-                    )))
-                }
-                None => positional.push(field),
-            }
-        }
-        if positional.len() < 2 || positional.len() > 3 {
-            return Err(bad(format!(
-                "expected 'offset length [stream-id]', found {} field(s): '{line}'",
-                positional.len()
-            )));
-        }
-        let offset =
-            ahead::units::parse_size(positional[0]).map_err(|e| bad(format!("offset: {e}")))?;
-        let len =
-            ahead::units::parse_size(positional[1]).map_err(|e| bad(format!("length: {e}")))?;
-        if len == 0 {
-            return Err(bad("length must be at least 1 byte".into()));
-        }
-        let stream = match positional.get(2) {
-            Some(s) => s
-                .parse::<u64>()
-                .map_err(|_| bad(format!("stream id '{s}' is not a whole number")))?,
-            None => 0,
-        };
-        trace.ops.push(TraceOp {
-            offset,
-            len,
-            stream,
-            file,
-            fault,
-        });
+        let op = parse_op(&mut trace, line).map_err(bad)?;
+        trace.ops.push(op);
     }
     if trace.ops.is_empty() {
         return Err(SimError::Usage(format!(
@@ -224,6 +182,65 @@ pub fn parse_trace(text: &str, path: &std::path::Path) -> Result<Trace, SimError
         )));
     }
     Ok(trace)
+}
+
+/// One read's line: `offset length [stream-id]` and its `key=value`
+/// fields.
+fn parse_op(trace: &mut Trace, line: &str) -> Result<TraceOp, String> {
+    let mut positional: Vec<&str> = Vec::new();
+    let mut file = 0;
+    let mut fault = false;
+    let (mut tid, mut t) = (None, None);
+    for field in line.split_whitespace() {
+        match field.split_once('=') {
+            Some(("file", id)) => file = trace.file_index(id),
+            Some((key @ ("tid" | "t"), v)) => {
+                let n = v
+                    .parse::<u64>()
+                    .map_err(|_| format!("{key}={v}: expected a whole number"))?;
+                *(if key == "tid" { &mut tid } else { &mut t }) = Some(n);
+            }
+            Some(("map", v)) => {
+                fault = match v {
+                    "1" => true,
+                    "0" => false,
+                    _ => return Err(format!("map={v}: expected 0 or 1")),
+                }
+            }
+            Some((key, _)) => {
+                return Err(format!(
+                    "unknown field '{key}=' (known: file=, tid=, t=, map=)"
+                ))
+            }
+            None => positional.push(field),
+        }
+    }
+    if positional.len() < 2 || positional.len() > 3 {
+        return Err(format!(
+            "expected 'offset length [stream-id]', found {} field(s): '{line}'",
+            positional.len()
+        ));
+    }
+    let offset = ahead::units::parse_size(positional[0]).map_err(|e| format!("offset: {e}"))?;
+    let len = ahead::units::parse_size(positional[1]).map_err(|e| format!("length: {e}"))?;
+    if len == 0 {
+        return Err("length must be at least 1 byte".into());
+    }
+    let stream = match positional.get(2) {
+        Some(s) => s
+            .parse::<u64>()
+            .map_err(|_| format!("stream id '{s}' is not a whole number"))?,
+        None => 0,
+    };
+    Ok(TraceOp {
+        offset,
+        len,
+        stream,
+        file,
+        fault,
+        tid,
+        t,
+    })
 }
 
 /// Reads and parses a trace file (gzip-compressed if its name ends in
@@ -319,6 +336,10 @@ pub(super) fn replay(
         .collect();
     streams.sort_unstable();
     streams.dedup();
+    let timed = match o.timed {
+        Some(scale) => Some(threads(ops, scale, path)?),
+        None => None,
+    };
     let mean = ops.iter().map(|op| op.len).sum::<u64>() as f64 / ops.len() as f64;
     Ok(per_policy(o, |policy| {
         let mut out = Vec::new();
@@ -328,24 +349,130 @@ pub(super) fn replay(
             &same_as,
             o.device.build(),
         );
-        let readers = streams
-            .iter()
-            .map(|&(file, id, fault)| {
-                let mine: Vec<(u64, u64)> = ops
-                    .iter()
-                    .filter(|op| op.stream == id && op.file == file && op.fault == fault)
-                    .map(|op| (op.offset, op.len))
-                    .collect();
-                ReaderSpec {
-                    page_faults: fault,
-                    ..reader(file, mine.into_iter())
-                }
-            })
-            .collect();
+        let readers = match &timed {
+            Some(t) => t.readers(),
+            None => streams
+                .iter()
+                .map(|&(file, id, fault)| {
+                    let mine: Vec<(u64, u64)> = ops
+                        .iter()
+                        .filter(|op| op.stream == id && op.file == file && op.fault == fault)
+                        .map(|op| (op.offset, op.len))
+                        .collect();
+                    ReaderSpec {
+                        page_faults: fault,
+                        ..reader(file, mine.into_iter())
+                    }
+                })
+                .collect(),
+        };
         let stats = e.run_phase(readers);
         let mut r = result(sc.name(), "replay", policy, o.device, mean, &stats);
         r.max_readahead_kib = Some(s.max_ra_pages * PAGE / KIB);
+        r.program_s = timed.as_ref().map(|t| t.span);
         out.push(r);
         out
     }))
+}
+
+/// A timed replay's readers: one per thread of the traced program, each
+/// asking for its reads one after another as it did, with the time it
+/// spent between them.
+struct Threads {
+    /// Per thread: when its first read returned (seconds after the
+    /// trace's first), and its requests.
+    threads: Vec<(f64, Vec<Op>)>,
+    /// Seconds from the trace's first read to its last.
+    span: f64,
+}
+
+impl Threads {
+    fn readers(&self) -> Vec<ReaderSpec> {
+        self.threads
+            .iter()
+            .map(|(start, ops)| ReaderSpec {
+                start: *start,
+                ops: Box::new(ops.clone().into_iter()),
+                ..reader(ops[0].file.unwrap_or(0), std::iter::empty())
+            })
+            .collect()
+    }
+}
+
+/// Groups a trace's reads by thread for a timed replay (`--timed`). Each
+/// read's `t=` is when it returned, so the time between one read's `t=`
+/// and the next's is the program's computing plus the next read itself;
+/// the read's own time, as the engine charges a cached one
+/// ([`REQUEST_CPU`] and the copy at [`COPY_RATE`]), is taken off, and
+/// the rest, times `scale`, is the program's time before it
+/// ([`Op::think`]) in which the kernel's asynchronous readahead runs on.
+/// Tracing itself slows each read a little (a timestamp, the thread's id,
+/// a queue): `scale` below 1 takes that off, where the caller timed the
+/// program with and without the trace. A trace made warm (its reads
+/// cached, as `scripts/never-worse` makes its own) times the program and
+/// not its device; made cold, its waits would be counted as computing.
+fn threads(ops: &[TraceOp], scale: f64, path: &std::path::Path) -> Result<Threads, SimError> {
+    if !(scale.is_finite() && scale >= 0.0) {
+        return Err(SimError::Usage(format!(
+            "--timed {scale}: expected a factor of 0 or more"
+        )));
+    }
+    let Some(first) = ops.iter().map(|op| op.t).min().flatten() else {
+        return Err(missing(path));
+    };
+    if ops.iter().any(|op| op.t.is_none() || op.tid.is_none()) {
+        return Err(missing(path));
+    }
+    let last = ops.iter().filter_map(|op| op.t).max().unwrap_or(first);
+    let mut order: Vec<u64> = Vec::new();
+    let mut by_tid: std::collections::HashMap<u64, Vec<&TraceOp>> = Default::default();
+    for op in ops {
+        let tid = op.tid.unwrap_or(0);
+        by_tid
+            .entry(tid)
+            .or_insert_with(|| {
+                order.push(tid);
+                Vec::new()
+            })
+            .push(op);
+    }
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let threads = order
+        .iter()
+        .map(|tid| {
+            let mut mine = by_tid.remove(tid).unwrap_or_default();
+            mine.sort_by_key(|op| op.t);
+            let t = |i: usize| mine[i].t.unwrap_or(first);
+            let ops: Vec<Op> = (0..mine.len())
+                .map(|i| {
+                    let think = match mine.get(i + 1) {
+                        Some(next) => {
+                            let own = REQUEST_CPU + next.len as f64 / COPY_RATE;
+                            (secs(t(i + 1).saturating_sub(t(i))) * scale - own).max(0.0)
+                        }
+                        None => 0.0,
+                    };
+                    Op {
+                        offset: mine[i].offset,
+                        len: mine[i].len,
+                        file: Some(mine[i].file),
+                        fault: Some(mine[i].fault),
+                        think,
+                    }
+                })
+                .collect();
+            (secs(t(0) - first), ops)
+        })
+        .collect();
+    Ok(Threads {
+        threads,
+        span: secs(last - first),
+    })
+}
+
+fn missing(path: &std::path::Path) -> SimError {
+    SimError::Usage(format!(
+        "{}: a timed replay needs tid= and t= on every read (`ahead trace` writes them)",
+        path.display()
+    ))
 }
