@@ -217,6 +217,7 @@ fn simulate(case: &Case, policy: PolicyKind, device: DeviceKind) -> PhaseStats {
             ra: RaConfig::with_max_pages(MAX_WINDOW / PAGE),
             max_io_pages: 256,
             bucket: 0.0,
+            large_folios: false,
         },
         &[FILE_PAGES],
         device.build(),

@@ -28,6 +28,7 @@ use ahead::ra::{
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
+mod folios;
 mod policy;
 mod preload;
 mod serve;
@@ -64,6 +65,10 @@ pub struct EngineConfig {
     pub max_io_pages: u64,
     /// Width of a timeline bucket in seconds; 0 keeps no timeline.
     pub bucket: f64,
+    /// The kernel reads ahead in large folios, as ext4 does on this
+    /// machine's 6.18 (engine/folios.rs); the policies' [`RaConfig::large_folios`]
+    /// should say the same.
+    pub large_folios: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +82,9 @@ enum State {
 struct Page {
     state: State,
     marked: bool,
+    /// The order of the marked folio the page is part of (0: the page
+    /// alone).
+    mark_order: u8,
     readahead_unused: bool,
     shadow_unused: bool,
     phase: u16,
@@ -88,6 +96,7 @@ struct Page {
 const EMPTY_PAGE: Page = Page {
     state: State::Absent,
     marked: false,
+    mark_order: 0,
     readahead_unused: false,
     shadow_unused: false,
     phase: 0,
@@ -201,6 +210,12 @@ struct Core {
     /// How long `ahead run`'s helper naps between looks at its queue
     /// ([`preload::HELPER_NAP`]).
     helper_nap: f64,
+    /// The marked folio the request now served hit: its first page and
+    /// order ([`ra::CacheView::marked_folio`]).
+    mark_hit: Option<(u64, u8)>,
+    /// Each file's folio order of its last window (the kernel's
+    /// `ra->order`, [`folios`]).
+    ra_order: Vec<u32>,
 }
 
 /// The simulator: readers, a cache with a budget and a device, in virtual
@@ -285,6 +300,8 @@ impl Simulator {
                 request_seq: 0,
                 device_cost,
                 mmap_miss: vec![0; file_pages.len()],
+                mark_hit: None,
+                ra_order: vec![0; file_pages.len()],
                 helper_nap: preload::HELPER_NAP,
                 cfg,
             },
@@ -325,6 +342,7 @@ impl Simulator {
         }
         self.preload = preloads(&c.cfg, &c.file_pages);
         c.mmap_miss.iter_mut().for_each(|m| *m = 0);
+        c.ra_order.iter_mut().for_each(|o| *o = 0);
         let mut readers: Vec<Reader> = readers
             .into_iter()
             .map(|spec| Reader {

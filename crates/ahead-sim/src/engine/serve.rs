@@ -17,6 +17,7 @@ pub(super) fn issue(
     id: u32,
 ) -> (u32, u64) {
     let ps = c.cfg.page_size;
+    c.mark_hit = None;
     let file_bytes = c.file_pages[file] * ps;
     if off >= file_bytes || len == 0 {
         return (0, 0);

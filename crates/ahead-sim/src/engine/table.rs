@@ -37,6 +37,11 @@ impl CacheView for FileTable<'_> {
     fn device_cost(&self) -> Option<DeviceCost> {
         Some(self.core.device_cost)
     }
+    fn marked_folio(&self) -> Option<(u64, u32)> {
+        self.core
+            .mark_hit
+            .map(|(first, order)| (first, u32::from(order)))
+    }
 }
 
 impl PageTable for FileTable<'_> {
@@ -56,11 +61,31 @@ impl PageTable for FileTable<'_> {
     }
 
     fn clear_marker(&mut self, index: u64) {
-        let g = self.core.file_base[self.file] + index;
-        self.core.pages[g as usize].marked = false;
+        // A folio's mark is one flag: a hit on any of its pages clears it.
+        let base = self.core.file_base[self.file];
+        let order = self.core.pages[(base + index) as usize].mark_order;
+        let first = index >> order << order;
+        let end = (first + (1 << order)).min(self.file_pages());
+        for p in first..end {
+            let page = &mut self.core.pages[(base + p) as usize];
+            page.marked = false;
+            page.mark_order = 0;
+        }
+        self.core.mark_hit = Some((first, order));
     }
 
     fn submit_readahead(&mut self, window: &Window) {
+        let hit = self.core.mark_hit.take();
+        if self.core.cfg.large_folios && window.shape == ra::Shape::Forward && window.size > 0 {
+            // As `ondemand` keeps it: 0 after a miss, two more after a
+            // mark, then no more than the window holds.
+            let order = match hit {
+                Some(_) => self.core.ra_order[self.file] + 2,
+                None => 0,
+            };
+            self.core.ra_order[self.file] = order.min(window.size.ilog2());
+            return super::folios::submit(self, window, order);
+        }
         let marker = window.marker_page();
         let mut marker_read = false;
         let file = self.file;

@@ -13,6 +13,7 @@ fn engine(policy: impl Into<SimPolicy>, memory_pages: u64, file_pages: u64) -> S
             ra: RaConfig::with_max_pages(32),
             max_io_pages: 64,
             bucket: 0.0,
+            large_folios: false,
         },
         &[file_pages],
         Box::new(Pipe::new(PipeParams::SSD)),

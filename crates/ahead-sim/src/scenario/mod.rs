@@ -169,6 +169,9 @@ pub struct SimOptions {
     /// tracing added), where the reads of each stream otherwise follow one
     /// another with no time between and the streams run at once (`None`).
     pub timed: Option<f64>,
+    /// The kernel reads ahead in large folios (`--large-folios`), as ext4
+    /// does on this machine's 6.18 ([`EngineConfig::large_folios`]).
+    pub large_folios: bool,
 }
 
 impl Default for SimOptions {
@@ -184,6 +187,7 @@ impl Default for SimOptions {
             seed: 42,
             context_readahead: true,
             timed: None,
+            large_folios: false,
         }
     }
 }
@@ -415,12 +419,14 @@ fn engine_config(s: &Setup, o: &SimOptions, policy: SimPolicy, bucket: f64) -> E
             let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
             ra.context_readahead = o.context_readahead;
             ra.random_advice = s.random_advice;
+            ra.large_folios = o.large_folios;
             ra
         },
         // The kernel splits at the device's max_sectors_kb; 1 MiB is
         // common for SATA and NVMe alike.
         max_io_pages: (MIB / PAGE).max(s.max_ra_pages),
         bucket,
+        large_folios: o.large_folios,
     }
 }
 

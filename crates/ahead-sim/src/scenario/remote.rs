@@ -77,6 +77,7 @@ pub(super) fn remote(sc: &Scenario, o: &SimOptions) -> Result<Vec<SimResult>, Si
                         ra,
                         max_io_pages: MAX_IO / PAGE,
                         bucket: 0.0,
+                        large_folios: false,
                     },
                     &[pages],
                     o.device.build(),

@@ -306,6 +306,10 @@ pub trait CacheView {
     fn shadow(&self, _index: u64) -> Option<Shadow> {
         None
     }
+    /// The marked large folio the request being decided hit: (first page, order).
+    fn marked_folio(&self) -> Option<(u64, u32)> {
+        None
+    }
     /// How many pages the cache can hold in all (shared by every file it
     /// caches), if the engine knows: a policy that reads ahead for a reader
     /// who will come back later sizes that to the cache. `None`: unknown.
@@ -571,6 +575,10 @@ pub struct RaConfig {
     /// ahead of it, as `page_cache_sync_ra` does for such a file. The
     /// simulator sets it from a trace's `# advice ID random` line.
     pub random_advice: bool,
+    /// The kernel reads ahead in large folios (ext4 on 6.18): `ondemand`
+    /// keeps a folio order, and ends a window read on a mark where it
+    /// aligns ([`CacheView::marked_folio`]; `sim replay --large-folios`).
+    pub large_folios: bool,
 }
 
 impl RaConfig {
@@ -604,6 +612,7 @@ impl Default for RaConfig {
             hints: false,
             hint_gaps_as_reads: false,
             random_advice: false,
+            large_folios: false,
         }
     }
 }

@@ -67,7 +67,17 @@ pub struct OnDemand {
     context: bool,
     /// The file was advised random ([`RaConfig::random_advice`]).
     random: bool,
+    /// The kernel reads in large folios ([`RaConfig::large_folios`]).
+    folios: bool,
+    /// The folio order of the last window (the kernel's `ra->order`):
+    /// 0 after a window read on a miss; after a mark, two above the last,
+    /// then no more than the window's size allows.
+    order: u32,
 }
+
+/// A bound on the kept folio order: each window's size bounds it well
+/// below this (2,048 pages, order 11, at the largest window here).
+const MAX_ORDER: u32 = 16;
 
 impl OnDemand {
     /// A fresh state.
@@ -80,6 +90,8 @@ impl OnDemand {
             prev_end: None,
             context: config.context_readahead,
             random: config.random_advice,
+            folios: config.large_folios,
+            order: 0,
         }
     }
 
@@ -108,6 +120,7 @@ impl OnDemand {
         let max = self.max.max(req.count);
         if index == 0 || oversize || self.is_sequential(index) {
             // sequential-first (or start of file, or oversize read).
+            self.order = 0;
             self.start = index;
             self.size = init_window(req.count, max).max(req.count);
             self.async_size = if self.size > req.count {
@@ -132,6 +145,7 @@ impl OnDemand {
             return Some(Window::forward(index, req.count, 0));
         }
         let history = if from_start { history * 2 } else { history };
+        self.order = 0;
         self.start = index;
         self.size = (history + req.count).min(max);
         self.async_size = 1;
@@ -139,24 +153,43 @@ impl OnDemand {
     }
 
     fn async_readahead(&mut self, req: Request, view: &dyn CacheView) -> Option<Window> {
-        let index = req.index;
+        // A mark on a large folio is hit at the folio's first page, as the
+        // kernel passes it (`page_cache_async_ra` of the folio).
+        let (index, hit) = match view.marked_folio().filter(|_| self.folios) {
+            Some((first, order)) => (first, Some(order)),
+            None => (req.index, None),
+        };
         let max = self.max;
         let expected = self.start + self.size - self.async_size;
-        if self.size > 0 && (index == expected || index == self.start + self.size) {
+        let on_mark = hit.map_or(index == expected, |o| index == expected >> o << o);
+        if self.size > 0 && (on_mark || index == self.start + self.size) {
             // sequential-next
             self.start += self.size;
             self.size = next_window(self.size, max);
-            self.async_size = self.size;
-            return Some(self.readit(index, max));
+        } else {
+            // lookahead-clueless: the cached run after the marker is the
+            // old window's asynchronous part; ramp up from it.
+            let start = next_miss(view, index + 1, max);
+            if start - index > max || start >= view.file_pages() {
+                return None;
+            }
+            self.start = start;
+            self.size = next_window(start - index + req.count, max);
         }
-        // lookahead-clueless: the cached run after the marker is the old
-        // window's asynchronous part; ramp up from it.
-        let start = next_miss(view, index + 1, max);
-        if start - index > max || start >= view.file_pages() {
-            return None;
+        // In large folios the window's order is two above the last
+        // window's, and it ends where that order aligns, unless that would
+        // leave nothing; the order kept is then no more than the window
+        // holds (6.18's `readahead:page_cache_ra_order` trace: a 16-page
+        // window from page 55,950 ran to 55,964 at order 2; ramps of 56,
+        // 208 and 352 pages ran 52, 176 and 128 at orders 4, 6 and 8).
+        if self.folios {
+            let order = (self.order + 2).min(MAX_ORDER);
+            let aligned = (self.start + self.size) >> order << order;
+            if aligned > self.start {
+                self.size = aligned - self.start;
+            }
+            self.order = order.min(self.size.ilog2());
         }
-        self.start = start;
-        self.size = next_window(start - index + req.count, max);
         self.async_size = self.size;
         Some(self.readit(index, max))
     }
@@ -370,6 +403,89 @@ mod tests {
             .decide(Request::new(121, 1), Trigger::Miss, &cache)
             .unwrap();
         assert_eq!((w.start, w.size), (121, 4));
+    }
+
+    /// A cache that keeps its marks on large folios: the folio hit is
+    /// `marked`.
+    struct Folios {
+        cache: VecCache,
+        marked: Option<(u64, u32)>,
+    }
+
+    impl CacheView for Folios {
+        fn file_pages(&self) -> u64 {
+            self.cache.file_pages()
+        }
+        fn is_present(&self, index: u64) -> bool {
+            self.cache.is_present(index)
+        }
+        fn marked_folio(&self) -> Option<(u64, u32)> {
+            self.marked
+        }
+    }
+
+    /// The windows 6.18 read for a sqlite3 IN-list stepping over pages of
+    /// a 469 MB table on ext4, from its `readahead:page_cache_ra_order`
+    /// and `page_cache_async_ra` tracepoints: a read one page past the
+    /// last (55,946 after 55,944) starts 4 pages; the hit on its mark
+    /// (55,947, a small folio) reads from 55,950 in order-2 folios, ending
+    /// at 55,964 where order 2 aligns (14 pages, not 16); a read at 55,965
+    /// lands in the order-2 folio marked at 55,964, and the next window
+    /// runs from 55,964 to 56,016 (52 pages, order 4); the next to 56,192
+    /// (176, order 6); the next, hit at 56,019 in the order-4 folio at
+    /// 56,016, to 56,320 (128 pages: 352 asked, cut where order 8 aligns).
+    /// A hit a page past a one-page mark is the clueless case instead.
+    #[test]
+    fn in_large_folios_a_hit_anywhere_in_the_marked_folio_ramps_and_windows_end_aligned() {
+        let mut p = OnDemand::new(RaConfig {
+            large_folios: true,
+            ..RaConfig::with_max_pages(2048)
+        });
+        let mut view = Folios {
+            cache: VecCache::new(114_480),
+            marked: None,
+        };
+        p.finish(Request::new(55_944, 1));
+        let w = p
+            .decide(Request::new(55_946, 1), Trigger::Miss, &view)
+            .unwrap();
+        assert_eq!((w.start, w.size, w.async_size), (55_946, 4, 3));
+        p.finish(Request::new(55_946, 1));
+        // Each read, the folio whose mark it hit, and the window after.
+        let steps = [
+            (55_947, (55_947, 0), (55_950, 14)),
+            (55_950, (55_950, 1), (55_964, 52)),
+            (55_965, (55_964, 2), (56_016, 176)),
+            (56_019, (56_016, 4), (56_192, 128)),
+        ];
+        let mut read = (w.start, w.size);
+        let mut last = w;
+        for (at, folio, window) in steps {
+            for i in read.0..read.0 + read.1 {
+                view.cache.present[i as usize] = true;
+            }
+            view.marked = Some(folio);
+            last = p
+                .decide(Request::new(at, 1), Trigger::MarkerHit, &view)
+                .unwrap();
+            assert_eq!((last.start, last.size), window, "hit at {at}");
+            assert_eq!(last.async_size, last.size);
+            p.finish(Request::new(at, 1));
+            read = window;
+        }
+        let w = last;
+        // Without large folios the same hit, a page past a one-page mark,
+        // is the clueless case: from the next missing page, 4 × the 52
+        // pages it skipped, no alignment.
+        let mut q = OnDemand::new(RaConfig::with_max_pages(2048));
+        q.admitted(w, Some(Window::forward(55_964, 52, 52)));
+        for i in 56_016..56_192 {
+            view.cache.present[i] = false;
+        }
+        let w = q
+            .decide(Request::new(55_965, 1), Trigger::MarkerHit, &view.cache)
+            .unwrap();
+        assert_eq!((w.start, w.size), (56_016, 208));
     }
 
     #[test]
