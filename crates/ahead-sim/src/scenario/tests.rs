@@ -192,7 +192,7 @@ fn a_timed_replay_keeps_a_threads_reads_in_order_across_files() {
 /// A forward reader stepping 20 pages at a time, which once read two
 /// pages a page apart and then the next page and then two marks' folios
 /// (as sqlite3's IN-list in key order over 2.7 KB rows did at its read
-/// 2,072 on this machine). With single-page marks the kernel's window
+/// 2,071 on this machine). With single-page marks the kernel's window
 /// dies at the first mark the reader steps over, and the rest is read a
 /// page at a time; in large folios the marks it lands on grow to 16 and
 /// 256 pages and the windows run ahead of it to the end. The same trace
