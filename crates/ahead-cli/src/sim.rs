@@ -62,7 +62,8 @@ pub struct SimArgs {
     /// The kernel reads ahead in large folios, as ext4 does on this
     /// machine's 6.18: after a lookahead mark its windows are read in
     /// folios two orders above the one hit, marked whole, so a reader that
-    /// steps over pages still meets the next mark.
+    /// steps over pages still meets the next mark. The kernel's page cache
+    /// only: the `ahead` policy's own cache keeps 4 KiB pages.
     #[arg(long = "large-folios")]
     large_folios: bool,
     /// Print one JSON array of results on stdout instead of a table.

@@ -411,6 +411,9 @@ fn engine(s: &Setup, o: &SimOptions, policy: SimPolicy, files: &[u64], bucket: f
 }
 
 fn engine_config(s: &Setup, o: &SimOptions, policy: SimPolicy, bucket: f64) -> EngineConfig {
+    // Large folios are the kernel's page cache: not ahead's own (Direct
+    // mode's), which keeps 4 KiB pages and marks.
+    let folios = o.large_folios && policy != SimPolicy::Engine(ahead::ra::PolicyKind::Ahead);
     EngineConfig {
         page_size: PAGE,
         memory_pages: s.memory / PAGE,
@@ -419,14 +422,14 @@ fn engine_config(s: &Setup, o: &SimOptions, policy: SimPolicy, bucket: f64) -> E
             let mut ra = RaConfig::with_max_pages(s.max_ra_pages);
             ra.context_readahead = o.context_readahead;
             ra.random_advice = s.random_advice;
-            ra.large_folios = o.large_folios;
+            ra.large_folios = folios;
             ra
         },
         // The kernel splits at the device's max_sectors_kb; 1 MiB is
         // common for SATA and NVMe alike.
         max_io_pages: (MIB / PAGE).max(s.max_ra_pages),
         bucket,
-        large_folios: o.large_folios,
+        large_folios: folios,
     }
 }
 
