@@ -50,18 +50,17 @@ pub(super) fn submit(t: &mut FileTable<'_>, window: &Window, order: u32) {
         // A folio where a page is cached is read in small pages, as the
         // kernel falls back to them there.
         let whole = (index..next).all(|p| !t.is_present(p));
-        let o = if whole { o } else { 0 };
+        if let Some(m) = mark.filter(|m| (index..next).contains(m)) {
+            if whole {
+                marked = Some((index, next, o as u8));
+            } else if !t.is_present(m) {
+                marked = Some((m, m + 1, 0));
+            }
+        }
         for p in (index..next).filter(|&p| !t.is_present(p)) {
             match runs.last_mut() {
                 Some((s, c)) if *s + *c == p => *c += 1,
                 _ => runs.push((p, 1)),
-            }
-            if mark == Some(p) || (whole && mark.is_some_and(|m| (index..next).contains(&m))) {
-                marked = Some(if whole {
-                    (index, next, o as u8)
-                } else {
-                    (p, p + 1, 0)
-                });
             }
         }
         index = next;
