@@ -317,35 +317,25 @@ fn a_timed_replay_says_the_programs_span_and_needs_timestamps() {
         text += &format!("{} 16384 3 file=9:1 tid=9 t={}\n", i * 16384, i * 2_000_000);
     }
     std::fs::write(&timed, text).unwrap();
-    let args = |t: &str, extra: &[&str]| {
-        let mut a = vec![
-            "sim", "replay", t, "--device", "ssd", "--policy", "ondemand",
-        ];
-        a.extend_from_slice(extra);
-        a.iter().map(|s| s.to_string()).collect::<Vec<String>>()
-    };
     let t = timed.to_str().unwrap();
-    let run = |a: Vec<String>| ahead(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    let o = run(args(t, &["--timed"]));
+    let o = ahead(&[
+        "sim", "replay", t, "--device", "ssd", "--policy", "ondemand", "--timed",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         out.contains("timed: the traced program's reads spanned 0.126 s"),
         "{out}"
     );
-    let o = run(args(t, &["--timed", "--json"]));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON array");
-    let row = &v.as_array().unwrap()[0];
+    let row = replay_row(&timed, "ssd", &["--timed"]);
     assert_eq!(row["program_s"].as_f64(), Some(0.126));
     assert!(row["seconds"].as_f64().unwrap() >= 0.12, "{row}");
-    let o = run(args(t, &["--json"]));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON array");
-    let row = &v.as_array().unwrap()[0];
+    let row = replay_row(&timed, "ssd", &[]);
     assert!(row.get("program_s").is_none(), "{row}");
     assert!(row["seconds"].as_f64().unwrap() < 0.06, "{row}");
     let bare = dir.path().join("bare.trace");
     std::fs::write(&bare, "0 4096 3\n4096 4096 3\n").unwrap();
-    let o = run(args(bare.to_str().unwrap(), &["--timed"]));
+    let o = ahead(&["sim", "replay", bare.to_str().unwrap(), "--timed"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("needs tid= and t="), "{}", stderr(&o));
 }
