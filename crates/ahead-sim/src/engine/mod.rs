@@ -460,7 +460,7 @@ fn preloads(cfg: &EngineConfig, file_pages: &[u64]) -> Vec<Option<Preload>> {
         .collect()
 }
 
-fn cpu_time(bytes: u64) -> f64 {
+pub(crate) fn cpu_time(bytes: u64) -> f64 {
     REQUEST_CPU + bytes as f64 / COPY_RATE
 }
 

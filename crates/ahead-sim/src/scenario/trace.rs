@@ -5,7 +5,7 @@
 use super::SimResult;
 use super::{engine_config, per_policy, reader, result, setup, Scenario, SimError, SimOptions};
 use super::{KIB, PAGE};
-use crate::engine::{Op, ReaderSpec, COPY_RATE, REQUEST_CPU};
+use crate::engine::{cpu_time, Op, ReaderSpec};
 
 /// One request of a trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -403,7 +403,7 @@ impl Threads {
 /// read's `t=` is when it returned, so the time between one read's `t=`
 /// and the next's is the program's computing plus the next read itself;
 /// the read's own time, as the engine charges a cached one
-/// ([`REQUEST_CPU`] and the copy at [`COPY_RATE`]), is taken off, and
+/// (`cpu_time`: `REQUEST_CPU` and the copy at `COPY_RATE`), is taken off, and
 /// the rest, times `scale`, is the program's time before it
 /// ([`Op::think`]) in which the kernel's asynchronous readahead runs on.
 /// Tracing itself slows each read a little (a timestamp, the thread's id,
@@ -447,7 +447,7 @@ fn threads(ops: &[TraceOp], scale: f64, path: &std::path::Path) -> Result<Thread
                 .map(|i| {
                     let think = match mine.get(i + 1) {
                         Some(next) => {
-                            let own = REQUEST_CPU + next.len as f64 / COPY_RATE;
+                            let own = cpu_time(next.len);
                             (secs(t(i + 1).saturating_sub(t(i))) * scale - own).max(0.0)
                         }
                         None => 0.0,
