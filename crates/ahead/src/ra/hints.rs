@@ -13,6 +13,8 @@
 
 use super::{sparse::SparseTable, Policy, RaConfig, Request, Shape};
 
+pub mod trial;
+
 /// `ahead run`'s preload: what it hands a file's [`Hinter`] and how large
 /// its windows are. The preload (crates/ahead-preload and crates/ahead-shim)
 /// decides by these, and the simulator models it by the same numbers

@@ -145,6 +145,15 @@ pub fn all_cached(fd: impl AsFd, offset: u64, len: u64, size: u64) -> Option<boo
     Some(st.cached >= end - first)
 }
 
+/// Pages of `len` bytes at `offset` of `fd` in the page cache (cachestat;
+/// `None` where the kernel has no cachestat or refuses the file).
+pub fn cached_pages(fd: impl AsFd, offset: u64, len: u64) -> Option<u64> {
+    if len == 0 {
+        return Some(0);
+    }
+    sys::cachestat(fd, offset, len).ok().map(|st| st.cached)
+}
+
 /// Residency of `len` bytes at `offset` of `fd` (`len` `u64::MAX` for the
 /// rest of the file): cachestat, else mincore, else [`Seen::Unknown`].
 /// Errors are those of fstat or of mapping the file.
