@@ -50,6 +50,16 @@ pub struct RunArgs {
     /// it (the fallback's way).
     #[arg(long, requires = "uncached")]
     no_dontcache: bool,
+    /// Readahead mode: the kernel's own readahead on a descriptor whose
+    /// reads skip forward through a file (rows fetched in id order, every
+    /// k-th member of an archive), which the kernel may read through,
+    /// gaps and all. `try` (the default): its reads are timed with the
+    /// kernel's readahead and without (`POSIX_FADV_RANDOM`), and read the
+    /// faster way; `keep`: never turned off; `off`: turned off wherever
+    /// the kernel reads such a walk through, unweighed. `--stats` says
+    /// per file (`kernel_readahead`).
+    #[arg(long, value_enum, value_name = "HOW", conflicts_with_all = ["uncached", "off"])]
+    kernel_readahead: Option<KernelReadahead>,
     /// Write per-file counters here, one JSON line per file and process:
     /// requests, bytes, hints, pages hinted, and how many of those the
     /// program then read.
@@ -58,6 +68,14 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     cmd: Vec<OsString>,
+}
+
+/// `ahead run --kernel-readahead`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum KernelReadahead {
+    Try,
+    Keep,
+    Off,
 }
 
 /// Arguments of `ahead trace`.
@@ -91,6 +109,11 @@ pub fn run(args: RunArgs) -> Result<()> {
     let mut env = vec![("AHEAD_RUN_MODE", OsString::from(mode))];
     if args.no_dontcache {
         env.push(("AHEAD_RUN_DONTCACHE", "0".into()));
+    }
+    match args.kernel_readahead {
+        Some(KernelReadahead::Keep) => env.push(("AHEAD_RUN_KERNEL_RA", "keep".into())),
+        Some(KernelReadahead::Off) => env.push(("AHEAD_RUN_KERNEL_RA", "off".into())),
+        Some(KernelReadahead::Try) | None => {}
     }
     if let Some(stats) = &args.stats {
         env.push(("AHEAD_RUN_STATS", fresh_output(stats, b"")?.into()));

@@ -31,17 +31,10 @@ pub(crate) use real;
 /// from it: the shim's `ahead_shim_next` answers what comes after the
 /// shim. Preloaded directly, `RTLD_NEXT` from here.
 pub(crate) fn next_definition(name: *const c_char) -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    /// The shim's function (1: looked for, not there).
+    use std::sync::atomic::AtomicUsize;
+    /// The shim's function.
     static SHIM: AtomicUsize = AtomicUsize::new(0);
-    let mut shim = SHIM.load(Ordering::Relaxed);
-    if shim == 0 {
-        // SAFETY: a NUL-terminated name, looked up in the global scope.
-        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"ahead_shim_next".as_ptr()) };
-        shim = if p.is_null() { 1 } else { p as usize };
-        SHIM.store(shim, Ordering::Relaxed);
-    }
-    if shim != 1 {
+    if let Some(shim) = shim_symbol(c"ahead_shim_next", &SHIM) {
         // SAFETY: the shim's `ahead_shim_next` has this signature.
         let f = unsafe {
             std::mem::transmute::<usize, unsafe extern "C" fn(*const c_char) -> *mut c_void>(shim)
@@ -51,6 +44,23 @@ pub(crate) fn next_definition(name: *const c_char) -> usize {
     }
     // SAFETY: a NUL-terminated name; RTLD_NEXT from a shared object.
     unsafe { libc::dlsym(libc::RTLD_NEXT, name) as usize }
+}
+
+/// The shim's exported function `name`, looked up once (`cache`: 0 not
+/// yet, 1 not there); None where the core was preloaded without the shim.
+pub(crate) fn shim_symbol(
+    name: &std::ffi::CStr,
+    cache: &std::sync::atomic::AtomicUsize,
+) -> Option<usize> {
+    use std::sync::atomic::Ordering;
+    let mut p = cache.load(Ordering::Relaxed);
+    if p == 0 {
+        // SAFETY: a NUL-terminated name, looked up in the global scope.
+        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+        p = if f.is_null() { 1 } else { f as usize };
+        cache.store(p, Ordering::Relaxed);
+    }
+    (p != 1).then_some(p)
 }
 
 /// Calls the next definition, or fails with ENOSYS where there is none.
@@ -120,8 +130,15 @@ fn around_read(
         }
         return call();
     }
+    // A trial of the kernel's readahead times the descriptor's reads
+    // while it asks (two clock reads of the vDSO: tens of nanoseconds).
+    let timing = ahead && slot.trial.timing();
     let call = || {
+        let started = timing.then(std::time::Instant::now);
         let r = call();
+        if let Some(t0) = started {
+            slot.trial.timed(t0.elapsed().as_nanos() as u64, r);
+        }
         if at_pos {
             crate::moved_by(slot, r);
         }
@@ -141,12 +158,16 @@ fn around_read(
     let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     // Readahead mode notes a plain read before it, so that hints are on
     // their way while it runs; a trace records what came back.
-    if let (Mode::Readahead, Bufs::One(_, n)) = (m, bufs) {
+    if let (Mode::Readahead, Bufs::One(p, n)) = (m, bufs) {
         if !quiet::pass(slot, bfd, offset, n as u64) {
             send(slot, fd, gen, offset, n as u64);
         }
         crate::set_errno(e);
-        let r = call();
+        let r = if slot.trial.guards(offset) {
+            crate::walk::guarded(slot, bfd, p, n, offset, at_pos, timing)
+        } else {
+            call()
+        };
         // A short read (at the end of the file) ends the stream where it
         // did end.
         if r >= 0 && (r as u64) < n as u64 {
@@ -503,6 +524,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 fn duplicated(old: c_int, new: c_int) -> c_int {
     if new >= 0 && new != old {
         crate::position_is(old, None);
+        crate::walk::duplicated(old);
     }
     opened(new)
 }
@@ -552,6 +574,20 @@ macro_rules! fadvise_hook {
             };
             // SAFETY: the caller's arguments, passed on unchanged.
             let r = unsafe { real(fd, off, len, advice) };
+            if r == 0
+                && matches!(mode(), Mode::Readahead)
+                && matches!(
+                    advice,
+                    libc::POSIX_FADV_NORMAL | libc::POSIX_FADV_RANDOM | libc::POSIX_FADV_SEQUENTIAL
+                )
+                && may_act()
+            {
+                // The program's own advice for the file stands: no trial
+                // of the kernel's readahead on it.
+                if let Some(slot) = crate::slot(fd) {
+                    slot.trial.program_advised();
+                }
+            }
             if r == 0 && matches!(mode(), Mode::Trace) && may_act() {
                 let e = crate::errno();
                 if let Some((_, gen)) = regular(fd) {

@@ -46,6 +46,7 @@ mod hooks;
 mod quiet;
 mod uncached;
 mod unwind;
+mod walk;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -118,6 +119,9 @@ pub(crate) struct Slot {
     /// Readahead mode: the span of the file's hinted pages, while some are
     /// not yet read (written by the helper; [`quiet::hinted`]).
     pub(crate) hinted: AtomicU64,
+    /// Readahead mode: the trial of the kernel's readahead on a walk
+    /// ([`ahead::ra::hints::trial`], [`walk`]).
+    pub(crate) trial: walk::TrialSlot,
 }
 
 /// [`Slot::pos`]: not known.
@@ -257,6 +261,7 @@ pub(crate) fn reset(fd: c_int) {
         s.pos_reads.store(0, Ordering::Relaxed);
         s.pos_wrong.store(0, Ordering::Relaxed);
         s.hinted.store(quiet::NO_HINTS, Ordering::Relaxed);
+        s.trial.forget();
     }
 }
 
@@ -391,6 +396,11 @@ extern "C" fn init() {
     set_busy_forever_during(|| {
         if env_bytes(c"AHEAD_RUN_DONTCACHE") == Some(b"0") {
             DONTCACHE.store(0, Ordering::Relaxed);
+        }
+        match env_bytes(c"AHEAD_RUN_KERNEL_RA") {
+            Some(b"keep") => walk::KERNEL_RA.store(walk::KEEP, Ordering::Relaxed),
+            Some(b"off") => walk::KERNEL_RA.store(walk::OFF, Ordering::Relaxed),
+            _ => {}
         }
         quiet::STATS.store(stats.is_some(), Ordering::Relaxed);
         helper::install(helper::Config { stats, trace });

@@ -126,6 +126,9 @@ pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bo
     let sweeps = slot.sweep.read(offset, len);
     let follows = if slot.next.swap(end, Ordering::Relaxed) == offset {
         let run = slot.run.fetch_add(1, Ordering::Relaxed);
+        if run + 1 >= ahead::ra::hints::trial::REVERT_RUN {
+            slot.trial.back_on(fd);
+        }
         run >= FORWARD_RUN || slot.jumps.load(Ordering::Relaxed) < 2
     } else {
         slot.run.store(0, Ordering::Relaxed);
@@ -134,6 +137,9 @@ pub(crate) fn pass(slot: &Slot, fd: BorrowedFd<'_>, offset: u64, len: u64) -> bo
         }
         false
     };
+    if sweeps {
+        slot.trial.back_on(fd);
+    }
     if first_for_stats(slot) {
         return false;
     }

@@ -59,6 +59,10 @@ struct Fd {
     pos: AtomicU64,
     /// Where the last read ended.
     next: AtomicU64,
+    /// The program advised the file (`POSIX_FADV_NORMAL`, `RANDOM` or
+    /// `SEQUENTIAL`) before the core was loaded: the core's trial of the
+    /// kernel's readahead leaves it alone ([`advised`]).
+    advised: AtomicU8,
 }
 
 /// All zeros at start (.bss): a process pays only for the pages of the
@@ -71,6 +75,7 @@ static FDS: [Fd; SLOTS] = [const {
         held_len: AtomicU64::new(0),
         pos: AtomicU64::new(0),
         next: AtomicU64::new(0),
+        advised: AtomicU8::new(0),
     }
 }; SLOTS];
 
@@ -85,6 +90,7 @@ pub(crate) fn opened(n: c_int) {
         f.next.store(0, Ordering::Relaxed);
         f.held.store(0, Ordering::Relaxed);
         f.held_len.store(0, Ordering::Relaxed);
+        f.advised.store(0, Ordering::Relaxed);
         f.state.store(TRACKED, Ordering::Release);
     }
 }
@@ -100,7 +106,28 @@ pub(crate) fn closed(n: c_int) {
             f.held.store(0, Ordering::Relaxed);
             f.held_len.store(0, Ordering::Relaxed);
         }
+        if f.advised.load(Ordering::Relaxed) != 0 {
+            f.advised.store(0, Ordering::Relaxed);
+        }
     }
+}
+
+/// `posix_fadvise(fd, …, advice)` returned `r`: advice on how the kernel
+/// reads ahead, taken, is remembered for the core.
+pub(crate) fn advise(n: c_int, advice: c_int, r: c_int) {
+    let reads_ahead = matches!(
+        advice,
+        libc::POSIX_FADV_NORMAL | libc::POSIX_FADV_RANDOM | libc::POSIX_FADV_SEQUENTIAL
+    );
+    if let (Some(f), true) = (fd(n), r == 0 && reads_ahead) {
+        f.advised.store(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether the program advised `fd` how to read ahead ([`advise`]) while
+/// the core was not loaded.
+pub(crate) fn advised(n: c_int) -> bool {
+    fd(n).is_some_and(|f| f.advised.load(Ordering::Relaxed) != 0)
 }
 
 /// A read of a regular file that is not forward: whether it is one of the

@@ -238,6 +238,15 @@ pub unsafe extern "C" fn ahead_shim_next(name: *const c_char) -> *mut c_void {
     unsafe { libc::dlsym(libc::RTLD_NEXT, name) }
 }
 
+/// Whether the program advised `fd` how the kernel is to read it ahead
+/// (`posix_fadvise`: normal, random or sequential) before the core was
+/// loaded: the core's trial of the kernel's readahead leaves the file to
+/// the program's advice. Exported for the core.
+#[no_mangle]
+pub extern "C" fn ahead_shim_advised(fd: c_int) -> c_int {
+    c_int::from(fds::advised(fd))
+}
+
 /// The function a hooked call goes to: the core's once it is loaded (the
 /// call may load it), else the next definition (0 if there is none); and,
 /// for a forward read passed on, what to note when it returns.
@@ -445,8 +454,8 @@ hook!(munmap(addr: *mut c_void, len: size_t) -> c_int, Wants::Nothing, -1);
 
 // Advice (recorded by the core in a trace). It returns an error number,
 // not -1 and errno.
-hook!(posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS);
-hook!(posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS);
+hook!(posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS, |r| fds::advise(fd, advice, r));
+hook!(posix_fadvise64(fd: c_int, off: off64_t, len: off64_t, advice: c_int) -> c_int, Wants::Nothing, libc::ENOSYS, |r| fds::advise(fd, advice, r));
 
 // The ends of a process that skip its exit handlers: the core writes its
 // outputs first (`ahead_core_exit`), then the C library's ends it. The

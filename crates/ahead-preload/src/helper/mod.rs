@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use ahead::ra::hints::trial::Trial;
 use ahead::ra::hints::{self, Hinter};
 use ahead::ra::{new_policy, PolicyKind};
 use crossbeam_queue::ArrayQueue;
@@ -432,16 +433,28 @@ struct Open {
     last_end: u64,
     hinter: Option<Hinter>,
     hinted: hints::Unread,
+    /// The trial of the kernel's readahead on the descriptor (readahead
+    /// mode, unless the program advised it first).
+    trial: Option<Trial>,
     stats: FileStats,
 }
 
 impl Open {
+    /// The read `ev`'s step of the descriptor's trial of the kernel's
+    /// readahead, while the number still means the file.
+    fn trial_step(&mut self, ev: &Event) {
+        if let Some(t) = self.trial.as_mut().filter(|_| still(ev.fd, ev.gen)) {
+            crate::walk::step(t, ev.fd, ev.offset, ev.len, self.stats.hints > 0);
+        }
+    }
+
     /// The counters, with the policy's last view of the streams.
     fn finish(self) -> FileStats {
         let mut stats = self.stats;
         if let Some(h) = &self.hinter {
             stats.streams = h.describe();
         }
+        stats.kernel_readahead = self.trial.and_then(|t| t.outcome());
         stats
     }
 }
@@ -518,6 +531,9 @@ impl State {
             self.names.clear();
         }
         self.files += 1;
+        let trial = (mode() == Mode::Readahead)
+            .then(|| crate::walk::trial(ev.fd, page))
+            .flatten();
         let hinter = (mode() == Mode::Readahead).then(|| {
             Hinter::new(
                 new_policy(PolicyKind::Ahead, hints::config(MAX_WINDOW, page)),
@@ -552,6 +568,7 @@ impl State {
                 },
                 hinter,
                 hinted: hints::Unread::default(),
+                trial,
             },
         );
     }
@@ -640,6 +657,7 @@ impl State {
                 ev.t
             );
         }
+        o.trial_step(&ev);
         let Some(h) = o.hinter.as_mut() else { return };
         let end = ev.offset.saturating_add(ev.len);
         if end > o.size {

@@ -20,6 +20,9 @@ pub(super) struct FileStats {
     /// The policy's view of the streams, when the file was last closed
     /// or at exit.
     pub(super) streams: Vec<String>,
+    /// The last trial of the kernel's readahead on the file, if one
+    /// finished ([`ahead::ra::hints::trial`]).
+    pub(super) kernel_readahead: Option<ahead::ra::hints::trial::Outcome>,
 }
 
 impl State {
@@ -55,6 +58,9 @@ impl State {
                     if !s.streams.is_empty() {
                         b.streams = s.streams;
                     }
+                    if s.kernel_readahead.is_some() {
+                        b.kernel_readahead = s.kernel_readahead;
+                    }
                 }
                 None => by_path.push(s),
             }
@@ -67,9 +73,20 @@ impl State {
             } else {
                 "null".into()
             };
+            // The last trial of the kernel's readahead: its mean read
+            // with readahead and without, and whether it stayed off.
+            let kernel_readahead = s.kernel_readahead.map_or("null".into(), |o| {
+                format!(
+                    "{{\"on_us\":{:.1},\"off_us\":{:.1},\"off\":{},\"trials\":{}}}",
+                    o.on_ns as f64 / 1e3,
+                    o.off_ns as f64 / 1e3,
+                    o.off,
+                    o.trials
+                )
+            });
             let _ = writeln!(
                 out,
-                "{{\"pid\":{},\"mode\":\"{}\",\"file\":{},\"requests\":{},\"bytes\":{},\"writes\":{},\"written\":{},\"hints\":{},\"hinted_pages\":{},\"hinted_pages_read\":{},\"accuracy\":{},\"policy\":\"{}\",\"streams\":[{}],\"maps\":{},\"events_dropped\":{}}}",
+                "{{\"pid\":{},\"mode\":\"{}\",\"file\":{},\"requests\":{},\"bytes\":{},\"writes\":{},\"written\":{},\"hints\":{},\"hinted_pages\":{},\"hinted_pages_read\":{},\"accuracy\":{},\"policy\":\"{}\",\"streams\":[{}],\"maps\":{},\"kernel_readahead\":{},\"events_dropped\":{}}}",
                 std::process::id(),
                 m,
                 json_string(&s.path),
@@ -84,6 +101,7 @@ impl State {
                 s.policy,
                 s.streams.iter().map(|x| json_string(x)).collect::<Vec<_>>().join(","),
                 s.maps,
+                kernel_readahead,
                 dropped
             );
         }
