@@ -115,10 +115,14 @@ struct Io {
     waiters: Vec<u32>,
 }
 
+#[derive(Default)]
 struct PendingRequest {
     reader: usize,
     waiting: u32,
     bytes: u64,
+    /// Its file, and when it was asked.
+    file: usize,
+    issued: f64,
     /// The program's time after it ([`Op::think`]).
     think: f64,
 }
@@ -379,12 +383,7 @@ impl Simulator {
                         readers[r].in_flight += 1;
                         let file = op.file.unwrap_or(readers[r].spec.file);
                         let id = free_requests.pop().unwrap_or_else(|| {
-                            requests.push(PendingRequest {
-                                reader: r,
-                                waiting: 0,
-                                bytes: 0,
-                                think: 0.0,
-                            });
+                            requests.push(PendingRequest::default());
                             (requests.len() - 1) as u32
                         });
                         let policy = &mut *self.policies[file];
@@ -396,8 +395,13 @@ impl Simulator {
                             reader: r,
                             waiting,
                             bytes,
+                            file,
+                            issued: c.now,
                             think: op.think,
                         };
+                        if let Some(p) = self.preload[file].as_mut() {
+                            serve::advise(c, &mut self.policies[file], p, file);
+                        }
                         if waiting == 0 {
                             c.schedule(c.now + cpu_time(bytes), Ev::RequestDone(id));
                         }
@@ -424,6 +428,9 @@ impl Simulator {
                 Ev::RequestDone(id) => {
                     let req = &requests[id as usize];
                     let (r, think) = (req.reader, req.think);
+                    if let Some(p) = self.preload[req.file].as_mut() {
+                        p.timed(((c.now - req.issued) * 1e9) as u64, req.bytes);
+                    }
                     c.stats.requests += 1;
                     c.bucket_add(req.bytes, 0, 0);
                     free_requests.push(id);
@@ -454,8 +461,11 @@ fn preloads(cfg: &EngineConfig, file_pages: &[u64]) -> Vec<Option<Preload>> {
     file_pages
         .iter()
         .map(|&pages| {
-            (cfg.policy == SimPolicy::Run)
-                .then(|| Preload::new(pages * cfg.page_size, cfg.page_size))
+            (cfg.policy == SimPolicy::Run).then(|| {
+                let window = cfg.ra.max_pages * cfg.page_size;
+                let trial = !cfg.ra.random_advice;
+                Preload::new(pages * cfg.page_size, cfg.page_size, window, trial)
+            })
         })
         .collect()
 }

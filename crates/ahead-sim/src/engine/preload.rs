@@ -25,6 +25,7 @@
 //! are the preload's own ([`ahead::ra::hints::preload`]).
 
 use ahead::ra::hints::preload::{Sweep, FORWARD_RUN, MAX_WINDOW, SHIM_HOLD, SMALL_FILE};
+use ahead::ra::hints::trial::{self, Advice, Clock, Trial};
 use ahead::ra::hints::{self, Hinter};
 use ahead::ra::{new_policy, PolicyKind};
 
@@ -76,12 +77,35 @@ pub(crate) struct Preload {
     /// Where the last read the helper got ended.
     helper_end: u64,
     hinter: Hinter,
+    /// The trial of the kernel's readahead on a walk
+    /// ([`ahead::ra::hints::trial`]; none for a file the program advised
+    /// random), the reads timed for it, and how far past a read the
+    /// kernel may have read ahead (twice its largest window).
+    trial: Option<Trial>,
+    clock: Clock,
+    window_ahead: u64,
+    /// The kernel's readahead is off by the trial.
+    ra_off: bool,
+    /// Advice the engine is yet to give the kernel's model: random (true)
+    /// or normal again, and bytes to drop from the cache. Random ignores
+    /// the marks as well: the hooks' guard ends the kernel's stream.
+    advice: Option<(bool, Option<(u64, u64)>)>,
+    /// The helper hinted the file (no trial from then on).
+    hinted: bool,
 }
 
 impl Preload {
-    /// For a file of `size` bytes in pages of `page` bytes.
-    pub(crate) fn new(size: u64, page: u64) -> Preload {
+    /// For a file of `size` bytes in pages of `page` bytes, whose kernel
+    /// windows are at most `kernel_window` bytes; `trial`: the kernel's
+    /// readahead may be tried off.
+    pub(crate) fn new(size: u64, page: u64, kernel_window: u64, trial: bool) -> Preload {
         Preload {
+            trial: trial.then(|| Trial::new(page)),
+            clock: Clock::default(),
+            window_ahead: 2 * kernel_window,
+            ra_off: false,
+            advice: None,
+            hinted: false,
             size,
             page,
             unread: hints::Unread::default(),
@@ -110,8 +134,10 @@ impl Preload {
             } else {
                 0
             };
+            self.trial_step(at, n);
             let before = out.len();
             self.hinter.request(at, n, false, sequential, out);
+            self.hinted |= out.len() > before;
             for &(off, len) in &out[before..] {
                 self.unread
                     .hinted(off / self.page, (off + len) / self.page, usize::MAX);
@@ -122,6 +148,39 @@ impl Preload {
             } else {
                 c.idle.saturating_add(1)
             };
+        }
+    }
+
+    /// A read the hooks timed: `ns` for `bytes`.
+    pub(crate) fn timed(&mut self, ns: u64, bytes: u64) {
+        if self.trial.is_some() {
+            self.clock.ns += ns;
+            self.clock.reads += 1;
+            self.clock.fast += u64::from(trial::fast(ns, bytes));
+        }
+    }
+
+    /// The advice for the kernel's readahead since last taken, and the
+    /// bytes the helper dropped with it.
+    pub(crate) fn take_advice(&mut self) -> Option<(bool, Option<(u64, u64)>)> {
+        self.advice.take()
+    }
+
+    /// The helper's step of the trial for a read it got.
+    fn trial_step(&mut self, at: u64, n: u64) {
+        let Some(t) = self.trial.as_mut() else { return };
+        let ahead = self.window_ahead;
+        let step = if self.hinted {
+            t.hinted()
+        } else {
+            t.read(at, n, self.clock, self.ra_off, false, || ahead)
+        };
+        if let Some(a) = step.advise {
+            self.ra_off = a == Advice::Random;
+            self.advice = Some((self.ra_off, None));
+        }
+        if let Some(drop) = step.drop.filter(|_| self.ra_off) {
+            self.advice = Some((true, Some(drop)));
         }
     }
 
@@ -164,6 +223,11 @@ impl Preload {
             c.jumps = (c.jumps + 1).min(2);
             false
         };
+        if self.ra_off && (sweeps || (follows && c.run >= trial::REVERT_RUN)) {
+            // The hooks turn the kernel's readahead back on for a stream.
+            self.ra_off = false;
+            self.advice = Some((false, None));
+        }
         if pass || sweeps {
             return;
         }
@@ -204,7 +268,7 @@ mod tests {
     #[test]
     fn a_backward_scan_is_hinted_from_the_shims_ninth_jump() {
         let size = 64 << 20;
-        let mut p = Preload::new(size, PAGE);
+        let mut p = Preload::new(size, PAGE, 128 << 10, true);
         let reads = (1..=64).map(|i| (size - i * 8192, 8192));
         let pages = hinted(&mut p, reads);
         // Eight jumps pass without the core; the ninth loads it, and goes
@@ -216,14 +280,14 @@ mod tests {
 
     #[test]
     fn forward_reads_small_files_and_a_few_jumps_are_never_hinted() {
-        let mut p = Preload::new(64 << 20, PAGE);
+        let mut p = Preload::new(64 << 20, PAGE, 128 << 10, true);
         let pages = hinted(&mut p, (0..512).map(|i| (i * 65536, 65536)));
         assert!(pages.iter().all(|&n| n == 0));
-        let mut p = Preload::new(SMALL_FILE, PAGE);
+        let mut p = Preload::new(SMALL_FILE, PAGE, 128 << 10, true);
         let pages = hinted(&mut p, (0..32).rev().map(|i| (i * 4096, 4096)));
         assert!(pages.iter().all(|&n| n == 0));
         // A database's header, then a lookup or two: eight jumps.
-        let mut p = Preload::new(64 << 20, PAGE);
+        let mut p = Preload::new(64 << 20, PAGE, 128 << 10, true);
         let reads = [
             0,
             24,
@@ -242,7 +306,7 @@ mod tests {
     #[test]
     fn random_reads_that_hint_nothing_are_muted_and_a_scan_after_them_is_seen() {
         let size = 1 << 30;
-        let mut p = Preload::new(size, PAGE);
+        let mut p = Preload::new(size, PAGE, 128 << 10, true);
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let random: Vec<Read> = (0..4096)
             .map(|_| {

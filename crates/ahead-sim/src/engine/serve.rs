@@ -145,3 +145,36 @@ pub(super) fn fault(c: &mut Core, policy: &mut dyn Policy, file: usize, page: u6
         ra::drive(policy, &mut table, Request::new(page, 1));
     }
 }
+
+/// The trial's advice for `file`'s kernel readahead since its last read
+/// (`ahead run`'s preload, [`Preload::take_advice`]): the kernel's model
+/// afresh, advised random (misses read as asked, and marks ignored, as the
+/// hooks' guard ends the stream) or normal; and what the helper dropped
+/// ahead of the reader, the cached pages of it dropped.
+pub(super) fn advise(c: &mut Core, policy: &mut Box<dyn Policy>, p: &mut Preload, file: usize) {
+    let Some((random, drop)) = p.take_advice() else {
+        return;
+    };
+    let mut ra = c.cfg.ra;
+    ra.random_advice = random;
+    *policy = ra::new_policy(c.cfg.policy.kind(), ra);
+    let Some((from, to)) = drop else { return };
+    let ps = c.cfg.page_size;
+    let (first, end) = (from / ps, to.div_ceil(ps).min(c.file_pages[file]));
+    let base = c.file_base[file];
+    for g in (base + first..base + end.max(first)).map(|g| g as u32) {
+        if c.pages[g as usize].state != State::Cached {
+            continue;
+        }
+        c.lru_unlink(g);
+        let page = &mut c.pages[g as usize];
+        page.state = State::Absent;
+        page.marked = false;
+        page.shadow_unused = false;
+        if page.readahead_unused {
+            page.readahead_unused = false;
+            c.stats.evicted_before_use += 1;
+        }
+        c.cached -= 1;
+    }
+}

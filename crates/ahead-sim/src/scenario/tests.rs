@@ -233,3 +233,61 @@ fn in_large_folios_a_reader_stepping_over_pages_meets_the_marks_and_streams() {
         "{large:?} {small:?}"
     );
 }
+
+/// `--policy run` models the preload's trial of the kernel's readahead
+/// (`ahead::ra::hints::trial`): a walk 10-30 pages a step that the kernel
+/// reads through in large folios, on a device capped in bandwidth, is read
+/// without the kernel's readahead once the trial finds a read waiting for
+/// its own faster than the stream: fewer bytes, less time. A file the
+/// program advised random has no trial (and no stream to end).
+#[test]
+fn under_ahead_run_a_walk_the_kernel_reads_through_is_read_without_its_readahead() {
+    // Neighbouring reads start the kernel's stream; then steps of 10 to 30
+    // pages, drawn (an irregular walk: no stride for ahead's own hints).
+    let mut reads = vec![1000u64, 1002, 1003, 1006];
+    let (mut x, mut page) = (1u64, 1021u64);
+    for _ in 0..3_000 {
+        reads.push(page);
+        x = (x * 1_103_515_245 + 12_345) % (1 << 31);
+        page += 10 + (x >> 16) % 21;
+    }
+    let replay = |advice: &str| {
+        let mut text = String::from("# file 1:1 335544320 /d/t.db\n");
+        text += advice;
+        for (i, p) in reads.iter().enumerate() {
+            text += &format!("{} 4096 3 file=1:1 tid=1 t={}\n", p * 4096, i * 1000);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace");
+        std::fs::write(&path, &text).unwrap();
+        let o = SimOptions {
+            policies: vec![
+                ahead::ra::PolicyKind::OnDemand.into(),
+                "run".parse().unwrap(),
+            ],
+            device: "419430400,20000,55us".parse().unwrap(),
+            max_readahead: Some(8 * MIB),
+            large_folios: true,
+            timed: Some(1.0),
+            ..SimOptions::default()
+        };
+        run(&Scenario::Replay(path), &o).unwrap()
+    };
+    let r = replay("");
+    let device = |r: &SimResult| r.read_amplification * r.requested_mb;
+    let (plain, ahead) = (&r[0], &r[1]);
+    assert!(
+        device(plain) > 100.0,
+        "the kernel reads the walk through: {plain:?}"
+    );
+    assert!(
+        device(ahead) < 0.6 * device(plain) && ahead.seconds < 0.8 * plain.seconds,
+        "{} MB in {:.3} s under ahead run, {} MB in {:.3} s plainly",
+        device(ahead),
+        ahead.seconds,
+        device(plain),
+        plain.seconds
+    );
+    let r = replay("# advice 1:1 random\n");
+    assert_eq!(device(&r[0]), device(&r[1]), "advised random: no trial");
+}
