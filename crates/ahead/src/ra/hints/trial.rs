@@ -309,9 +309,8 @@ impl Trial {
     /// on for a stream: [`REVERT_RUN`]), `guarding` whether they still keep
     /// the reader from the stream the trial ended (`crate::walk` of the
     /// preload; an off block counts only after), and `ahead` gives, when
-    /// asked,
-    /// how far past a read the kernel may have read ahead of it (twice
-    /// the device's largest window).
+    /// asked, how far past a read the kernel may have read ahead of it
+    /// (twice the device's largest window).
     pub fn read(
         &mut self,
         offset: u64,
