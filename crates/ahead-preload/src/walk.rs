@@ -21,9 +21,10 @@
 //!   answer, the folios around the read are dropped if they can be, and
 //!   the read made plainly once none of its own pages is cached (with
 //!   readahead off, a miss reads what it asks and marks nothing); while
-//!   one is still being read, it waits for it ([`WAIT`]) and tries again. After each such read the
-//!   window ahead is looked at (cachestat): pages there are the stream
-//!   still going, dropped again; none, and the guard ends. In replays of
+//!   one is still being read, it waits for it ([`WAIT`]) and tries
+//!   again. After each such read the window ahead is looked at
+//!   (cachestat): pages there are the stream still going, dropped again;
+//!   none, and the guard ends. In replays of
 //!   the IN-list's reads with the switch at reads 2,400 to 3,800, this
 //!   ended the stream every time; the drop alone, one time in three.
 
