@@ -99,6 +99,16 @@ fn walk(
     (o, line, share)
 }
 
+/// Python, and a generated file of `size` bytes to walk in a scratch
+/// directory; None (the test skipped, said why) without python3 or
+/// cachestat.
+fn walk_file(size: u64) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
+    let py = python()?;
+    let dir = scratch();
+    let file = gen(dir.path(), "walk.bin", size);
+    supported(&file).then_some((py, dir, file))
+}
+
 fn supported(file: &Path) -> bool {
     let f = std::fs::File::open(file).unwrap();
     let ok = ahead::residency::cachestat_supported(&f);
@@ -114,12 +124,9 @@ fn supported(file: &Path) -> bool {
 /// plainly. The program's bytes and positions are what they were.
 #[test]
 fn a_walk_the_kernel_reads_through_ends_its_stream_when_told() {
-    let Some(py) = python() else { return };
-    let dir = scratch();
-    let file = gen(dir.path(), "walk.bin", 128 << 20);
-    if !supported(&file) {
+    let Some((py, dir, file)) = walk_file(128 << 20) else {
         return;
-    }
+    };
     let (plain, _, plain_share) = walk(&py, dir.path(), &file, None, false);
     let text = String::from_utf8_lossy(&plain.stdout).into_owned();
     assert!(text.ends_with("wrong positions: 0\n"), "{text}");
@@ -151,12 +158,9 @@ fn a_walk_the_kernel_reads_through_ends_its_stream_when_told() {
 /// default's trial, whatever it decides on this device, changes no byte.
 #[test]
 fn keep_and_the_programs_advice_are_left_alone_and_try_changes_no_byte() {
-    let Some(py) = python() else { return };
-    let dir = scratch();
-    let file = gen(dir.path(), "walk.bin", 64 << 20);
-    if !supported(&file) {
+    let Some((py, dir, file)) = walk_file(64 << 20) else {
         return;
-    }
+    };
     let (plain, _, _) = walk(&py, dir.path(), &file, None, false);
     for how in ["keep", "try"] {
         let (o, stats, _) = walk(&py, dir.path(), &file, Some(how), false);
