@@ -434,7 +434,7 @@ struct Open {
     hinter: Option<Hinter>,
     hinted: hints::Unread,
     /// The trial of the kernel's readahead on the descriptor (readahead
-    /// mode, unless the program advised it first).
+    /// mode; none where [`crate::walk::trial`] says).
     trial: Option<Trial>,
     stats: FileStats,
 }

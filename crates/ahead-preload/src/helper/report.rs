@@ -21,7 +21,8 @@ pub(super) struct FileStats {
     /// or at exit.
     pub(super) streams: Vec<String>,
     /// The last trial of the kernel's readahead on the file, if one
-    /// finished ([`ahead::ra::hints::trial`]).
+    /// started: finished, or under way with `off_ns` 0 until measured
+    /// ([`ahead::ra::hints::trial::Trial::outcome`]).
     pub(super) kernel_readahead: Option<ahead::ra::hints::trial::Outcome>,
 }
 
