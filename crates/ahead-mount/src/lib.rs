@@ -237,7 +237,7 @@ impl ObjectFs {
             walks: walk::Pending::default(),
         };
         // The store must answer now, not at the first `ls`.
-        fs.list(1)?;
+        fs.list(1).map_err(listing::mount_error)?;
         Ok(fs)
     }
 

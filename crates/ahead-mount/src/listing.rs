@@ -136,7 +136,10 @@ impl ObjectFs {
                 self.store
                     .list_with_delimiter((!full.is_empty()).then_some(&at)),
             )
-            .map_err(|e| io::Error::other(format!("{}: list {full}: {e}", self.url)))?;
+            .map_err(|e| {
+                let at = if full.is_empty() { "/" } else { &full };
+                io::Error::other(format!("{}: list {at}: {e}", self.url))
+            })?;
         let mut tree = self.tree.write().unwrap_or_else(|p| p.into_inner());
         let mut kids = Vec::new();
         for p in &listing.common_prefixes {
@@ -196,5 +199,90 @@ impl ObjectFs {
         let kids = listing.kids.clone();
         tree.children.insert(ino, listing);
         Ok(kids)
+    }
+}
+
+/// The first listing's failure, said as what to do about it: `ahead mount`
+/// lists the root before it mounts, so that a missing bucket, refused
+/// credentials or a store that cannot be reached are the command's error
+/// rather than an `EIO` in some later `ls`. object_store keeps the HTTP
+/// status only in its message (its retry error is private), so the cause
+/// is read from there; the message itself follows the summary.
+pub(crate) fn mount_error(e: io::Error) -> io::Error {
+    let text = e.to_string();
+    let has = |s: &str| text.contains(s);
+    let (kind, what) = if has("169.254.169.254") {
+        // object_store looks for an instance's role when no key is given.
+        (
+            io::ErrorKind::PermissionDenied,
+            "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+             (none were set, and no instance metadata answered), or \
+             -o skip_signature=true for a public bucket",
+        )
+    } else if has("NoSuchBucket") {
+        (io::ErrorKind::NotFound, "no such bucket")
+    } else if has("403 Forbidden")
+        || has("401 Unauthorized")
+        || has("SignatureDoesNotMatch")
+        || has("InvalidAccessKeyId")
+        || has("AccessDenied")
+        || e.kind() == io::ErrorKind::PermissionDenied
+    {
+        (
+            io::ErrorKind::PermissionDenied,
+            "the store refused these credentials (AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY, or -o access_key_id=… -o secret_access_key=…)",
+        )
+    } else if has("Missing AccessKeyId") || has("Missing SecretAccessKey") {
+        (
+            io::ErrorKind::PermissionDenied,
+            "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+             (or -o skip_signature=true for a public bucket)",
+        )
+    } else if has("error sending request") || has("Connection refused") || has("dns error") {
+        (
+            io::ErrorKind::ConnectionRefused,
+            "the store cannot be reached (AWS_ENDPOINT_URL, or -o endpoint=…)",
+        )
+    } else if e.kind() == io::ErrorKind::NotFound {
+        (io::ErrorKind::NotFound, "no such object")
+    } else {
+        return e;
+    };
+    io::Error::new(kind, format!("{what}\n  ({text})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mount_error;
+    use std::io;
+
+    fn said(text: &str, kind: io::ErrorKind) -> (io::ErrorKind, String) {
+        let e = mount_error(io::Error::new(kind, text.to_owned()));
+        (e.kind(), e.to_string())
+    }
+
+    /// Each cause the mount meets at its first listing is named, with the
+    /// store's own message kept after it; a message of no known cause is
+    /// passed on as it was.
+    #[test]
+    fn a_first_listings_failure_says_its_cause() {
+        let other = io::ErrorKind::Other;
+        let (k, s) = said("... 404 Not Found: <Code>NoSuchBucket</Code>", other);
+        assert_eq!(k, io::ErrorKind::NotFound);
+        assert!(s.starts_with("no such bucket\n") && s.contains("NoSuchBucket"));
+        let (k, s) = said(
+            "... 403 Forbidden: <Code>SignatureDoesNotMatch</Code>",
+            other,
+        );
+        assert_eq!(k, io::ErrorKind::PermissionDenied);
+        assert!(s.contains("refused these credentials"));
+        let (_, s) = said("PUT http://169.254.169.254/latest/api/token: 403", other);
+        assert!(s.starts_with("no credentials"));
+        let (k, s) = said("HTTP error: error sending request", other);
+        assert_eq!(k, io::ErrorKind::ConnectionRefused);
+        assert!(s.contains("cannot be reached"));
+        let (k, s) = said("something else", other);
+        assert_eq!((k, s.as_str()), (other, "something else"));
     }
 }

@@ -3,6 +3,8 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
+pub mod mount;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
