@@ -1,7 +1,7 @@
 /* The floor under a cached 4 KiB read (docs/bench.md, "Warm reads"): the
  * time of one memcpy of 4 KiB, and of summing 4 KiB, from random
  * page-aligned places of a buffer of REGION MiB, p50 and p99 of 200000.
- * gcc -O2 memcpy_floor.c -o memcpy_floor && ./memcpy_floor 128 */
+ * gcc -O2 memcpy_floor.c -o memcpy_floor && ./memcpy_floor [REGION_MIB, default 128] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 static inline uint64_t ns(){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec*1000000000ull+t.tv_nsec;}
 int cmp(const void*a,const void*b){uint64_t x=*(uint64_t*)a,y=*(uint64_t*)b;return x<y?-1:x>y;}
 int main(int argc,char**argv){
-  size_t region=(size_t)atol(argv[1])<<20; int N=200000;
+  size_t region=(size_t)(argc>1?atol(argv[1]):128)<<20; int N=200000;
   char*a=aligned_alloc(4096,region); memset(a,1,region);
   /* The copy lands in memory the compiler must assume is read afterwards
    * (the empty asm takes its address and clobbers memory): a local array
