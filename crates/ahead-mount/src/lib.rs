@@ -236,8 +236,10 @@ impl ObjectFs {
             single,
             walks: walk::Pending::default(),
         };
-        // The store must answer now, not at the first `ls`.
-        fs.list(1).map_err(listing::mount_error)?;
+        // The store must answer now, not at the first `ls`; a bucket's
+        // failure is said as its cause (a web server's HEAD says its own).
+        fs.list(1)
+            .map_err(|e| if web { e } else { listing::mount_error(e) })?;
         Ok(fs)
     }
 
