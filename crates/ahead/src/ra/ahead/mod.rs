@@ -81,6 +81,7 @@ use super::{
 
 mod decide;
 mod dense;
+mod slots;
 mod stream;
 mod stride;
 #[cfg(test)]
@@ -91,13 +92,15 @@ pub(crate) use stride::{HINT_MAX_READ_THROUGH, MAX_READ_THROUGH, MERGE_GAP};
 
 pub(crate) use decide::latency_floor;
 use dense::Dense;
+use slots::Slots;
 use stream::{Direction, Match, Stream};
 pub(crate) use stride::widest_gap_read_through;
 use stride::{expected_pages, strided_window, Reach, Sweep};
 
 /// Streams tracked per file by default: enough for the interleaved
 /// workloads of the benchmarks (8 readers) with room for random noise; a
-/// lookup scans them linearly, which stays far below a microsecond.
+/// lookup passes over those whose bounds leave the request out on one
+/// comparison each ([`slots`]).
 pub(crate) const DEFAULT_STREAMS: usize = 16;
 
 /// How many windows' worth of the cache each stream reading ahead is
@@ -120,7 +123,7 @@ pub(crate) const MIN_WINDOW: u64 = 4;
 pub(crate) struct StreamTable {
     max: u64,
     clock: u64,
-    streams: Vec<Stream>,
+    streams: Slots,
     current: Option<usize>,
     dense: Dense,
     /// The record of every settled window of ahead's own rules in this
@@ -157,7 +160,7 @@ impl StreamTable {
         StreamTable {
             max: config.max_pages.max(1),
             clock: 0,
-            streams: vec![Stream::EMPTY; config.streams.max(1)],
+            streams: Slots::new(config.streams),
             current: None,
             dense: Dense::new(),
             ledger: Ledger::EMPTY,
@@ -207,14 +210,7 @@ impl StreamTable {
         if !self.open {
             return;
         }
-        let mut open = false;
-        for s in self.streams.iter_mut().filter(|s| s.live) {
-            for issued in [&mut s.window, &mut s.previous].into_iter().flatten() {
-                issued.credit(req);
-                open |= issued.used < issued.speculative;
-            }
-        }
-        self.open = open;
+        self.open = self.streams.credit(req);
     }
 
     fn effective_max(&self, s: &Stream) -> u64 {

@@ -336,97 +336,115 @@ impl Match {
     }
 }
 
-impl StreamTable {
-    pub(super) fn find(&self, req: Request) -> Option<(usize, Match)> {
-        let mut best: Option<(usize, Match, u64)> = None;
-        let mut consider = |slot: usize, m: Match, used: u64| {
-            let rank = |m: Match| match m {
-                m if m.continues() => 0,
-                Match::InsideWindow => 1,
-                _ => 2,
-            };
-            let better = match best {
-                None => true,
-                Some((_, bm, bused)) => rank(m) < rank(bm) || (rank(m) == rank(bm) && used > bused),
-            };
-            if better {
-                best = Some((slot, m, used));
-            }
-        };
-        for (slot, s) in self.streams.iter().enumerate() {
-            if !s.live {
-                continue;
-            }
-            let last_end = s.last.end();
-            let forwardish = matches!(s.direction, Direction::Forward | Direction::Unknown);
-            if forwardish
-                && (req.index == last_end || req.index + 1 == last_end)
-                && req.index >= s.last.index
-            {
-                consider(slot, Match::Forward, s.last_used);
-                continue;
-            }
-            let backwardish = matches!(s.direction, Direction::Backward | Direction::Unknown);
-            if backwardish
-                && req.index < s.last.index
-                && (req.end() == s.last.index || req.end() == s.last.index + 1)
-            {
-                consider(slot, Match::Backward, s.last_used);
-                continue;
-            }
-            if let Some(m) = s.row_match(req) {
-                consider(slot, m, s.last_used);
-                continue;
-            }
-            // A forward stream's gaps, seen inside its own window, are
-            // evidence only: it becomes a stride where its reader leaves
-            // the window, the same gap seen at least twice before and
-            // none moved by a page or two (never an irregular one: that
-            // is learnt from requests of its own).
-            let forward = s.direction == Direction::Forward;
-            let evidence_only = forward
-                && (s.owns(req.index).is_some()
-                    || s.jittered
-                    || s.confirmations < STRIDE_CONFIRMATIONS);
-            if s.period > 0
-                && req.index == s.last.index + s.period
-                && req.count == s.last.count
-                && !evidence_only
-            {
-                consider(slot, Match::Stride, s.last_used);
-                continue;
-            }
-            let jitter = STRIDE_JITTER.min(s.period / 4);
-            if jitter > 0
-                && !forward
-                && req.count == s.last.count
-                && req.index > last_end
-                && req.index.abs_diff(s.last.index + s.period) <= jitter
-            {
-                consider(slot, Match::Jitter, s.last_used);
-                continue;
-            }
-            if s.owns(req.index).is_some() {
-                consider(slot, Match::InsideWindow, s.last_used);
-                continue;
-            }
-            // A stream that has seen one request may turn out strided,
-            // even the one at page 0 that was taken for a whole-file read.
-            let one_request = s.direction == Direction::Unknown
-                || (s.direction == Direction::Forward && s.last.index == s.origin);
-            if one_request
-                && req.index > last_end
-                && req.count == s.last.count
-                && req.index - s.last.index <= MAX_STRIDE_PERIOD
-            {
-                consider(
-                    slot,
-                    Match::StrideCandidate(req.index - s.last.index),
-                    s.last_used,
-                );
-            }
+impl Stream {
+    /// How `req` continues this stream, if it does ([`Match`]).
+    pub(super) fn matches(&self, req: Request) -> Option<Match> {
+        if !self.live {
+            return None;
         }
-        best.map(|(slot, m, _)| (slot, m))
+        let last_end = self.last.end();
+        let forwardish = matches!(self.direction, Direction::Forward | Direction::Unknown);
+        if forwardish
+            && (req.index == last_end || req.index + 1 == last_end)
+            && req.index >= self.last.index
+        {
+            return Some(Match::Forward);
+        }
+        let backwardish = matches!(self.direction, Direction::Backward | Direction::Unknown);
+        if backwardish
+            && req.index < self.last.index
+            && (req.end() == self.last.index || req.end() == self.last.index + 1)
+        {
+            return Some(Match::Backward);
+        }
+        if let Some(m) = self.row_match(req) {
+            return Some(m);
+        }
+        // A forward stream's gaps, seen inside its own window, are
+        // evidence only: it becomes a stride where its reader leaves
+        // the window, the same gap seen at least twice before and
+        // none moved by a page or two (never an irregular one: that
+        // is learnt from requests of its own).
+        let forward = self.direction == Direction::Forward;
+        let evidence_only = forward
+            && (self.owns(req.index).is_some()
+                || self.jittered
+                || self.confirmations < STRIDE_CONFIRMATIONS);
+        if self.period > 0
+            && req.index == self.last.index + self.period
+            && req.count == self.last.count
+            && !evidence_only
+        {
+            return Some(Match::Stride);
+        }
+        let jitter = STRIDE_JITTER.min(self.period / 4);
+        if jitter > 0
+            && !forward
+            && req.count == self.last.count
+            && req.index > last_end
+            && req.index.abs_diff(self.last.index + self.period) <= jitter
+        {
+            return Some(Match::Jitter);
+        }
+        if self.owns(req.index).is_some() {
+            return Some(Match::InsideWindow);
+        }
+        // A stream that has seen one request may turn out strided,
+        // even the one at page 0 that was taken for a whole-file read.
+        let one_request = self.direction == Direction::Unknown
+            || (self.direction == Direction::Forward && self.last.index == self.origin);
+        if one_request
+            && req.index > last_end
+            && req.count == self.last.count
+            && req.index - self.last.index <= MAX_STRIDE_PERIOD
+        {
+            return Some(Match::StrideCandidate(req.index - self.last.index));
+        }
+        None
+    }
+}
+
+/// The best of the matches `(slot, match, the stream's last use)`: one
+/// that continues its stream over one inside a window over a stride
+/// candidate, and the stream used last among equals (the first of them
+/// in slot order).
+fn best(matches: impl Iterator<Item = (usize, Match, u64)>) -> Option<(usize, Match)> {
+    let rank = |m: Match| match m {
+        m if m.continues() => 0,
+        Match::InsideWindow => 1,
+        _ => 2,
+    };
+    let mut best: Option<(usize, Match, u64)> = None;
+    for (slot, m, used) in matches {
+        let better = match best {
+            None => true,
+            Some((_, bm, bused)) => rank(m) < rank(bm) || (rank(m) == rank(bm) && used > bused),
+        };
+        if better {
+            best = Some((slot, m, used));
+        }
+    }
+    best.map(|(slot, m, _)| (slot, m))
+}
+
+impl StreamTable {
+    /// The stream `req` continues, and how: the best match
+    /// ([`best`]) among the streams whose bounds admit it
+    /// ([`super::slots`]). Debug builds check it against every stream.
+    pub(super) fn find(&mut self, req: Request) -> Option<(usize, Match)> {
+        self.streams.refresh();
+        let streams = &self.streams;
+        let with = |slot: usize| {
+            let s = &streams[slot];
+            s.matches(req).map(|m| (slot, m, s.last_used))
+        };
+        let found = best(streams.admitting(req).filter_map(with));
+        debug_assert_eq!(
+            found,
+            best((0..streams.len()).filter_map(with)),
+            "a stream's bounds left out a match of {req:?}"
+        );
+        found
     }
 
     pub(super) fn new_stream(&mut self, req: Request) -> usize {
