@@ -247,3 +247,33 @@ fn bench_serve_brings_up_ceph_behind_the_profile_and_down_again() {
         String::from_utf8_lossy(&ps.stdout)
     );
 }
+
+/// An endpoint without its scheme, a common slip, is a clear error that
+/// names the setting, for `cat` and for `mount` (object_store panicked on
+/// its first request to it, and the commands died with a backtrace).
+#[test]
+fn an_endpoint_without_its_scheme_is_a_clear_error() {
+    let dir = scratch();
+    for ep in ["localhost:9000", "127.0.0.1:9000"] {
+        let mount_point = dir.path().display().to_string();
+        for args in [
+            &["cat", "s3://bkt/key"][..],
+            &["mount", "s3://bkt", &mount_point],
+        ] {
+            let o = Command::new(env!("CARGO_BIN_EXE_ahead"))
+                .args(args)
+                .env("AWS_ENDPOINT_URL", ep)
+                .env("AWS_ACCESS_KEY_ID", "key")
+                .env("AWS_SECRET_ACCESS_KEY", "secret")
+                .env("AWS_REGION", "us-east-1")
+                .output()
+                .expect("run ahead");
+            let err = stderr(&o);
+            assert!(!o.status.success(), "{args:?} {ep}: {err}");
+            assert!(
+                err.contains("AWS_ENDPOINT_URL") && err.contains(ep) && !err.contains("panicked"),
+                "{args:?} {ep}: {err}"
+            );
+        }
+    }
+}

@@ -294,6 +294,12 @@ pub fn store_for_url_with(
             // with_client_options would drop AWS_ALLOW_HTTP and the like).
             let mut b = object_store::aws::AmazonS3Builder::new().with_client_options(client);
             for (k, v) in std::env::vars() {
+                // An empty variable is taken as unset, as AWS's own tools
+                // take it (`AWS_ENDPOINT_URL=` once made object_store
+                // panic on its first request).
+                if v.is_empty() {
+                    continue;
+                }
                 if let Some(key) = k
                     .starts_with("AWS_")
                     .then(|| k.to_ascii_lowercase().parse().ok())
@@ -305,8 +311,10 @@ pub fn store_for_url_with(
             for (key, v) in parse_options(url, options, "an S3 option")? {
                 b = b.with_config(key, v);
             }
+            let b = b.with_url(url);
+            let bucket = parsed.host_str().unwrap_or_default();
+            check_s3_base(&b, bucket).map_err(|why| invalid(format!("{url}: {why}")))?;
             let s3 = b
-                .with_url(url)
                 .with_retry(retry)
                 .build()
                 .map_err(|e| invalid(format!("{url}: {e}")))?;
@@ -330,6 +338,48 @@ pub fn store_for_url_with(
         }
     };
     Ok((store, path))
+}
+
+/// Where an S3 store's requests will go, checked before the first one:
+/// object_store 0.14 panics, in the request that fails, on an address it
+/// cannot parse, and an endpoint without its scheme (`localhost:9000`) or
+/// a region with a space or a colon made one. The address is the endpoint
+/// (`AWS_ENDPOINT_URL`, the `endpoint` option) where one is given, else
+/// AWS's for the region, the bucket in its host name for virtual-hosted
+/// requests: an `http(s)://` URL with a host, or an error saying which
+/// setting made it.
+fn check_s3_base(b: &object_store::aws::AmazonS3Builder, bucket: &str) -> Result<(), String> {
+    use object_store::aws::AmazonS3ConfigKey as Key;
+    let get = |k: Key| b.get_config_value(&k).filter(|v| !v.is_empty());
+    let (base, from) = match get(Key::Endpoint) {
+        Some(endpoint) => (
+            endpoint,
+            "the endpoint (AWS_ENDPOINT_URL, or -o endpoint=…)",
+        ),
+        None => {
+            let region = get(Key::Region).unwrap_or_else(|| "us-east-1".into());
+            let base = if get(Key::VirtualHostedStyleRequest).as_deref() == Some("true") {
+                format!("https://{bucket}.s3.{region}.amazonaws.com")
+            } else {
+                format!("https://s3.{region}.amazonaws.com/{bucket}")
+            };
+            (base, "the region (AWS_REGION, or -o region=…)")
+        }
+    };
+    let parsed = url::Url::parse(&base);
+    let fine = parsed.as_ref().is_ok_and(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty())
+    });
+    if fine {
+        return Ok(());
+    }
+    let why = match parsed {
+        Err(e) => e.to_string(),
+        Ok(_) => "not http:// or https:// with a host".into(),
+    };
+    Err(format!(
+        "{from} makes the store's address '{base}', which is no URL to send a request to ({why})"
+    ))
 }
 
 /// `options`' keys as a store's configuration keys (`K`), any case; a key
@@ -636,3 +686,6 @@ impl ReadSource for ObjectSource {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests;
