@@ -340,10 +340,11 @@ pub fn store_for_url_with(
     Ok((store, path))
 }
 
-/// Where an S3 store's requests will go, checked before the first one:
-/// object_store 0.14 panics, in the request that fails, on an address it
-/// cannot parse, and an endpoint without its scheme (`localhost:9000`) or
-/// a region with a space or a colon made one. The address is the endpoint
+/// Where an S3 store's requests will go, and what their headers carry,
+/// checked before the first one: object_store 0.14 panics, in the request
+/// that fails, on an address it cannot parse (an endpoint without its
+/// scheme, `localhost:9000`, or a region with a space or a colon made
+/// one) and on a key or session token with a line break in it. The address is the endpoint
 /// (`AWS_ENDPOINT_URL`, the `endpoint` option) where one is given, else
 /// AWS's for the region, the bucket in its host name for virtual-hosted
 /// requests: an `http(s)://` URL with a host, or an error saying which
@@ -351,6 +352,24 @@ pub fn store_for_url_with(
 fn check_s3_base(b: &object_store::aws::AmazonS3Builder, bucket: &str) -> Result<(), String> {
     use object_store::aws::AmazonS3ConfigKey as Key;
     let get = |k: Key| b.get_config_value(&k).filter(|v| !v.is_empty());
+    // The key and the session token travel in headers, which object_store
+    // builds with a panic for a character no header may carry.
+    for (key, name) in [
+        (
+            Key::AccessKeyId,
+            "the access key (AWS_ACCESS_KEY_ID, or -o access_key_id=…)",
+        ),
+        (
+            Key::Token,
+            "the session token (AWS_SESSION_TOKEN, or -o token=…)",
+        ),
+    ] {
+        if get(key).is_some_and(|v| v.chars().any(|c| !(' '..='~').contains(&c))) {
+            return Err(format!(
+                "{name} holds a character no HTTP header may carry (a line break, a control character or a non-ASCII one)"
+            ));
+        }
+    }
     let (base, from) = match get(Key::Endpoint) {
         Some(endpoint) => (
             endpoint,

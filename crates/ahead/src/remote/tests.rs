@@ -22,6 +22,8 @@ fn an_address_no_request_can_go_to_is_refused_and_its_setting_named() {
         (&[(Key::Endpoint, "ftp://host")], "endpoint"),
         (&[(Key::Region, "us east")], "region"),
         (&[(Key::Region, "x:y")], "region"),
+        (&[(Key::AccessKeyId, "key\n")], "AWS_ACCESS_KEY_ID"),
+        (&[(Key::Token, "to\u{7}ken")], "AWS_SESSION_TOKEN"),
         (
             &[
                 (Key::Region, "eu-west-1"),
@@ -30,8 +32,11 @@ fn an_address_no_request_can_go_to_is_refused_and_its_setting_named() {
             "region",
         ),
     ] {
-        // The last one: a bucket no host name can hold.
-        let bucket = if settings.len() == 2 { "a b" } else { "bkt" };
+        // Virtual-hosted: a bucket no host name can hold.
+        let virtual_hosted = settings
+            .iter()
+            .any(|(k, _)| *k == Key::VirtualHostedStyleRequest);
+        let bucket = if virtual_hosted { "a b" } else { "bkt" };
         let why = check_s3_base(&builder(settings), bucket).expect_err(&format!("{settings:?}"));
         assert!(why.contains(names), "{settings:?}: {why}");
     }
