@@ -37,7 +37,7 @@ fn an_address_no_request_can_go_to_is_refused_and_its_setting_named() {
             .iter()
             .any(|(k, _)| *k == Key::VirtualHostedStyleRequest);
         let bucket = if virtual_hosted { "a b" } else { "bkt" };
-        let why = check_s3_base(&builder(settings), bucket).expect_err(&format!("{settings:?}"));
+        let why = check::s3_base(&builder(settings), bucket).expect_err(&format!("{settings:?}"));
         assert!(why.contains(names), "{settings:?}: {why}");
     }
     for settings in [
@@ -51,7 +51,7 @@ fn an_address_no_request_can_go_to_is_refused_and_its_setting_named() {
         ],
     ] {
         assert_eq!(
-            check_s3_base(&builder(settings), "bkt"),
+            check::s3_base(&builder(settings), "bkt"),
             Ok(()),
             "{settings:?}"
         );
