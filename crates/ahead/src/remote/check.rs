@@ -4,11 +4,12 @@
 /// checked before the first one: object_store 0.14 panics, in the request
 /// that fails, on an address it cannot parse (an endpoint without its
 /// scheme, `localhost:9000`, or a region with a space or a colon made
-/// one) and on a key or session token with a line break in it. The address is the endpoint
-/// (`AWS_ENDPOINT_URL`, the `endpoint` option) where one is given, else
-/// AWS's for the region, the bucket in its host name for virtual-hosted
-/// requests: an `http(s)://` URL with a host, or an error saying which
-/// setting made it.
+/// one) and on a key or session token with a line break in it.
+///
+/// The address is the endpoint (`AWS_ENDPOINT_URL`, the `endpoint`
+/// option) where one is given, else AWS's for the region, the bucket in
+/// its host name for virtual-hosted requests: an `http(s)://` URL with a
+/// host, or an error saying which setting made it.
 pub(super) fn s3_base(b: &object_store::aws::AmazonS3Builder, bucket: &str) -> Result<(), String> {
     use object_store::aws::AmazonS3ConfigKey as Key;
     let get = |k: Key| b.get_config_value(&k).filter(|v| !v.is_empty());
