@@ -58,6 +58,11 @@ def test_errors(s3, obj):
         ahead.open("/tmp", options=s3.options())
     with pytest.raises(PermissionError):
         ahead.open(obj, options={**s3.options(), "secret_access_key": "wrong"})
+    # An endpoint without its scheme, or a key with a line break: object_store
+    # panicked on its first request with either (a PanicException here).
+    for bad in ({"endpoint": "localhost:9000"}, {"access_key_id": "key\n"}):
+        with pytest.raises(ValueError, match="endpoint|access key"):
+            ahead.open(obj, options={**s3.options(), **bad})
     f = ahead.open(obj, options=s3.options())
     f.close()
     with pytest.raises(ValueError):
