@@ -59,7 +59,7 @@ def test_errors(s3, obj):
     with pytest.raises(PermissionError):
         ahead.open(obj, options={**s3.options(), "secret_access_key": "wrong"})
     # An endpoint without its scheme, or a key with a line break: object_store
-    # panicked on its first request with either (a PanicException here).
+    # panicked on its first request with either.
     for bad in ({"endpoint": "localhost:9000"}, {"access_key_id": "key\n"}):
         with pytest.raises(ValueError, match="endpoint|access key"):
             ahead.open(obj, options={**s3.options(), **bad})
