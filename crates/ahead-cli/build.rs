@@ -209,6 +209,9 @@ fn build(root: &Path, target_dir: &Path, packed: bool) -> bool {
     c.args(["build", "--release", "--lib", "--quiet", "--manifest-path"])
         .arg(root.join("Cargo.toml"))
         .args(["-p", "ahead-shim", "-p", "ahead-preload"])
+        // The shim without the standard library: a quarter of the pages
+        // to map in every process (crates/ahead-shim/src/lib.rs, `panic`).
+        .args(["--features", "ahead-shim/no-std"])
         .arg("--target-dir")
         .arg(target_dir)
         .args([

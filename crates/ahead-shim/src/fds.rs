@@ -18,7 +18,7 @@
 //! at worst a read is taken for forward and passed over, or the core is
 //! loaded where it was not needed.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use libc::c_int;
 
