@@ -44,6 +44,7 @@ mod bufs;
 mod helper;
 mod hooks;
 mod quiet;
+mod ring;
 mod uncached;
 mod unwind;
 mod walk;
