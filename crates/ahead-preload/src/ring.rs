@@ -159,9 +159,11 @@ unsafe impl<T: Copy + Send> Send for Ring<T> {}
 unsafe impl<T: Copy + Send> Sync for Ring<T> {}
 
 impl<T: Copy> Ring<T> {
-    /// A queue of at least `capacity` values (a power of two, at least 1).
+    /// A queue of at least `capacity` values (a power of two, at least 2:
+    /// with one slot, "written at position p" and "free for position
+    /// p + 1" would be the same number).
     pub(crate) fn new(capacity: usize) -> Ring<T> {
-        let len = capacity.max(1).next_power_of_two();
+        let len = capacity.max(2).next_power_of_two();
         let bytes = len * std::mem::size_of::<real::Slot<T>>();
         // SAFETY: a fresh private anonymous mapping, asked of no address.
         let p = unsafe {
@@ -270,12 +272,24 @@ mod tests {
     }
 
     #[test]
-    fn a_capacity_is_rounded_up_to_a_power_of_two() {
+    fn a_capacity_is_rounded_up_to_a_power_of_two_of_at_least_two() {
         let ring = Ring::<u8>::new(5);
         for i in 0..8 {
             ring.push(i).unwrap();
         }
         assert_eq!(ring.push(9), Err(9));
+        // One slot asked for: two made, and a value not taken is never
+        // written over.
+        for cap in [0, 1] {
+            let ring = Ring::<u8>::new(cap);
+            assert_eq!(ring.push(1), Ok(()));
+            assert_eq!(ring.push(2), Ok(()));
+            assert_eq!(ring.push(3), Err(3));
+            assert_eq!(
+                (ring.pop(), ring.pop(), ring.pop()),
+                (Some(1), Some(2), None)
+            );
+        }
     }
 
     #[test]
