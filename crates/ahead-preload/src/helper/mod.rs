@@ -4,10 +4,9 @@
 //!
 //! The queue is a bounded lock-free array ([`crate::ring::Ring`], mapped
 //! once, its pages touched as it is used): a hook's push neither locks nor
-//! allocates, and wakes
-//! the helper with one futex call only when the helper sleeps. A full queue
-//! drops the event (counted) in readahead mode; `trace` waits for room, as
-//! a recording must be whole.
+//! allocates, and wakes the helper with one futex call only when the
+//! helper sleeps. A full queue drops the event (counted) in readahead
+//! mode; `trace` waits for room, as a recording must be whole.
 //!
 //! **Trace format** (`ahead sim replay` reads it): `#` lines are comments;
 //! `# file ID SIZE PATH` names a file, and `# readahead ID BYTES` gives
