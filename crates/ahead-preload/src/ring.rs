@@ -40,8 +40,8 @@ macro_rules! ring_algorithm {
         }
 
         impl<T> Slot<T> {
-            /// A slot of a fresh queue (the all-zero slot).
-            #[allow(dead_code)] // the mapped queue is zero memory instead
+            /// A slot of a fresh queue (the all-zero slot), where it is not
+            /// zero memory already.
             pub(crate) fn new() -> Slot<T> {
                 Slot {
                     seq: <$Atomic>::new(0),
