@@ -975,12 +975,18 @@ fn shell_libraries(args: &[&str], prefix: &str, stdin: &[u8]) -> Vec<String> {
 }
 
 /// Every process loads only the small shim until it reads a regular file
-/// (reading a pipe is not enough); then the core. `--off` loads nothing,
+/// (reading a pipe is not enough); then the core, in readahead mode where
+/// the file is cold and large enough for the kernel's first window not to
+/// read it whole (`sh`'s `read` takes a byte at a time from a descriptor
+/// the shim cannot follow: the ninth loads it). `--off` loads nothing,
 /// unless statistics are asked for.
 #[test]
 fn the_core_is_loaded_at_the_first_read_of_a_regular_file() {
     let dir = scratch();
-    let file = lines_file(dir.path(), 4096);
+    let file = lines_file(dir.path(), 1 << 20);
+    let f = std::fs::File::open(&file).unwrap();
+    f.sync_all().unwrap();
+    ahead::residency::evict(&f, 0, 0).unwrap();
     let shim = vec!["libahead_shim.so".to_owned()];
     let both = vec![
         "libahead_preload.so".to_owned(),
@@ -1094,6 +1100,81 @@ state()
         return;
     }
     assert_eq!(text, "0 0\n0 0\n0 0\n1 1\n");
+}
+
+/// A file the kernel has no need of ahead's readahead for does not load
+/// the core, however its reads jump: a small one, or one cached where it
+/// is probed (its first page, its last and 14 between). Its reads are
+/// looked at again every 64: one that finds its page gone loads the core
+/// then. A cold file loads it at the ninth jump, as before.
+#[test]
+fn small_and_cached_files_never_load_the_core() {
+    let Some(python) = need(&["python3"], "python3") else {
+        return;
+    };
+    let dir = scratch();
+    let big = lines_file(dir.path(), 8 << 20);
+    std::fs::create_dir(dir.path().join("small")).unwrap();
+    let small = lines_file(&dir.path().join("small"), 64 << 10);
+    for f in [&big, &small] {
+        std::fs::File::open(f).unwrap().sync_all().unwrap();
+    }
+    let probe = r#"
+import os, sys, random
+def core():
+    with open("/proc/self/maps") as m:
+        return int(any("libahead_preload" in l for l in m))
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+r = random.Random(7)
+def jumps(n):
+    for _ in range(n):
+        os.pread(fd, 4096, r.randrange(0, size // 4096) * 4096)
+jumps(200)
+first = core()
+# Every page gone: the next look (within 64 reads) finds it.
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+jumps(70)
+print(first, core())
+"#;
+    let run = |file: &Path| {
+        let o = out(&mut ahead_cmd(&[
+            "run",
+            "--",
+            s(&python),
+            "-c",
+            probe,
+            s(file),
+        ]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let cold = |file: &Path| {
+        ahead::residency::evict(std::fs::File::open(file).unwrap(), 0, 0).unwrap();
+    };
+    cold(&big);
+    assert_eq!(
+        run(&big),
+        "1 1\n",
+        "a cold file read at random loads the core"
+    );
+    let whole = |file: &Path| {
+        let _ = std::fs::read(file).unwrap();
+        let f = std::fs::File::open(file).unwrap();
+        let size = f.metadata().unwrap().len();
+        ahead::residency::all_cached(&f, 0, size, size)
+    };
+    if whole(&big) != Some(true) {
+        eprintln!("SKIP: no cachestat(2) here, or the file would not stay cached");
+        return;
+    }
+    assert_eq!(
+        run(&big),
+        "0 1\n",
+        "cached: no core until a look finds a page gone"
+    );
+    cold(&small);
+    assert_eq!(run(&small), "0 0\n", "small: never the core");
 }
 
 /// The library brings its own (hidden) unwinder stubs instead of libgcc_s:

@@ -78,10 +78,9 @@ pub(crate) const SMALL_FILE: u64 = ahead::ra::hints::preload::SMALL_FILE;
 /// helper ([`ahead::ra::hints::preload::FORWARD_RUN`]).
 pub(crate) const FORWARD_RUN: u32 = ahead::ra::hints::preload::FORWARD_RUN;
 
-/// A cached file is looked at again every this many reads: one cachestat
-/// per 64 reads of a hot file (a cached 4 KiB read costs about 1 µs, the
-/// look about as much).
-pub(crate) const RECHECK: u32 = 64;
+/// A cached file is looked at again every this many reads
+/// ([`ahead::ra::hints::preload::CACHED_RECHECK`]).
+pub(crate) const RECHECK: u32 = ahead::ra::hints::preload::CACHED_RECHECK;
 
 /// Reads the library passed over, for `--stats`.
 pub(crate) static PASSED: AtomicU64 = AtomicU64::new(0);
@@ -94,17 +93,9 @@ fn first_for_stats(slot: &Slot) -> bool {
     STATS.load(Ordering::Relaxed) && slot.noted.swap(1, Ordering::Relaxed) == 0
 }
 
-/// Pages of a file looked at before it is taken for cached: its first,
-/// its last and 14 evenly between. One cachestat(2) of a single page costs
-/// about what a cached 4 KiB read does; one of the whole file costs the
-/// kernel a walk of every page it holds or holds the shadow of (an evicted
-/// page it remembers): 2.2 ms for a 256 MiB file of which 7,663 pages were
-/// cached and 40,080 evicted, 0.2 ms for a 17 MB sqlite3 database wholly
-/// cached in small folios (this machine, 2026-11-29). A process paid that
-/// at the first read of every file the shim hands to the core. A file the
-/// probes find cached and that has holes between them reads as it would
-/// without ahead until a read's recheck finds one ([`RECHECK`]).
-pub(crate) const PROBES: u64 = 16;
+/// Pages of a file looked at before it is taken for cached
+/// ([`ahead::ra::hints::preload::CACHED_PROBES`]).
+pub(crate) const PROBES: u64 = ahead::ra::hints::preload::CACHED_PROBES;
 
 /// What a regular file of `size` bytes, read for the first time, needs.
 pub(crate) fn classify(fd: BorrowedFd<'_>, size: u64) -> u8 {

@@ -1,6 +1,7 @@
 //! What the shim knows of each descriptor while the core is not loaded:
 //! enough to tell, without a system call, that a read continues the last
-//! one.
+//! one; and whether its file is small or cached, which the core would
+//! pass every read of on too ([`classify`]).
 //!
 //! A forward read is the kernel's to follow (its own readahead does), and
 //! the core passes it over too. So a process whose reads of regular files
@@ -18,7 +19,7 @@
 //! at worst a read is taken for forward and passed over, or the core is
 //! loaded where it was not needed.
 
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use libc::c_int;
 
@@ -63,7 +64,28 @@ struct Fd {
     /// `SEQUENTIAL`) before the core was loaded: the core's trial of the
     /// kernel's readahead leaves it alone ([`advised`]).
     advised: AtomicU8,
+    /// What the file was found to be when it would have loaded the core:
+    /// [`NEEDED`], [`SMALL`] or [`CACHED`] ([`quiet`]).
+    quiet: AtomicU8,
+    /// Reads of a [`CACHED`] file since it was last looked at.
+    reads: AtomicU32,
 }
+
+/// The file's reads need the core (or it was not looked at yet).
+pub(crate) const NEEDED: u8 = 0;
+/// At most [`SMALL_FILE`] bytes: the kernel's first window reads it whole.
+pub(crate) const SMALL: u8 = 1;
+/// Cached where it was probed: nothing to read ahead while it stays so.
+pub(crate) const CACHED: u8 = 2;
+
+/// The kernel's first readahead window (the core's and the simulator's
+/// `ahead::ra::hints::preload::SMALL_FILE`, checked below).
+pub(crate) const SMALL_FILE: u64 = 128 << 10;
+
+/// A [`CACHED`] file is looked at again every this many reads, at the
+/// page the read begins at (the core looks at the read's range;
+/// `ahead::ra::hints::preload::CACHED_RECHECK`, checked below).
+pub(crate) const RECHECK: u32 = 64;
 
 /// All zeros at start (.bss): a process pays only for the pages of the
 /// descriptors it uses.
@@ -76,6 +98,8 @@ static FDS: [Fd; SLOTS] = [const {
         pos: AtomicU64::new(0),
         next: AtomicU64::new(0),
         advised: AtomicU8::new(0),
+        quiet: AtomicU8::new(NEEDED),
+        reads: AtomicU32::new(0),
     }
 }; SLOTS];
 
@@ -91,6 +115,7 @@ pub(crate) fn opened(n: c_int) {
         f.held.store(0, Ordering::Relaxed);
         f.held_len.store(0, Ordering::Relaxed);
         f.advised.store(0, Ordering::Relaxed);
+        f.quiet.store(NEEDED, Ordering::Relaxed);
         f.state.store(TRACKED, Ordering::Release);
     }
 }
@@ -109,7 +134,128 @@ pub(crate) fn closed(n: c_int) {
         if f.advised.load(Ordering::Relaxed) != 0 {
             f.advised.store(0, Ordering::Relaxed);
         }
+        if f.quiet.load(Ordering::Relaxed) != NEEDED {
+            f.quiet.store(NEEDED, Ordering::Relaxed);
+        }
     }
+}
+
+/// What a read of `fd` at `at` (None: at its position, which the shim
+/// may not know) is, for a file found [`SMALL`] or [`CACHED`]: true to
+/// pass it on without the core. A cached file's every [`RECHECK`]th read
+/// looks at the page it begins at (at its position, asked of the kernel
+/// where the shim does not follow it), and a page missing there makes the
+/// file one that needs the core.
+pub(crate) fn quiet(n: c_int, at: Option<i64>) -> bool {
+    let Some(f) = fd(n) else { return false };
+    match f.quiet.load(Ordering::Relaxed) {
+        SMALL => true,
+        CACHED => {
+            if !(f.reads.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(RECHECK) {
+                return true;
+            }
+            let still = offset(n, at).or_else(|| position(n)).is_some_and(|o| {
+                let page = page_size();
+                cached(n, o / page * page, page)
+            });
+            if !still {
+                f.quiet.store(NEEDED, Ordering::Relaxed);
+            }
+            still
+        }
+        _ => false,
+    }
+}
+
+/// A regular file of `size` bytes, about to load the core at a read:
+/// whether its reads can pass on without it ([`SMALL`], [`CACHED`]), as
+/// the core would pass them (its `quiet::classify`, by the same 16
+/// probes: its first page, its last and 14 evenly between). The reads the
+/// shim held stay with it: the core, loaded later, starts afresh.
+pub(crate) fn classify(n: c_int, size: u64) -> bool {
+    let Some(f) = fd(n) else { return false };
+    let page = page_size();
+    let kind = if size <= SMALL_FILE {
+        SMALL
+    } else {
+        let last = (size - 1) / page;
+        let all = (0..PROBES).all(|i| cached(n, last * i / (PROBES - 1) * page, page));
+        if !all {
+            return false;
+        }
+        CACHED
+    };
+    f.held_len.store(0, Ordering::Relaxed);
+    f.reads.store(0, Ordering::Relaxed);
+    f.quiet.store(kind, Ordering::Relaxed);
+    true
+}
+
+/// The file position of a descriptor the shim does not track (one
+/// `lseek` system call, not the hooked C function). Keeps errno.
+fn position(fd: c_int) -> Option<u64> {
+    // SAFETY: errno's location is valid for the thread.
+    let e = unsafe { *libc::__errno_location() };
+    // SAFETY: asks the position; changes nothing.
+    let r = unsafe { libc::syscall(libc::SYS_lseek, fd, 0 as libc::off_t, libc::SEEK_CUR) };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+    u64::try_from(r).ok()
+}
+
+/// Pages a file is probed at (`ahead::ra::hints::preload::CACHED_PROBES`,
+/// which the core uses; checked below).
+pub(crate) const PROBES: u64 = 16;
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(p).ok().filter(|&p| p > 0).unwrap_or(4096)
+}
+
+/// cachestat(2)'s range and answer (Linux 6.5, `include/uapi/linux/mman.h`).
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    cache: u64,
+    dirty: u64,
+    writeback: u64,
+    evicted: u64,
+    recently_evicted: u64,
+}
+
+/// cachestat(2)'s number, the same on every architecture but alpha.
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// Whether every page of `len` bytes at `off` of `fd` is cached (false
+/// where the kernel cannot say: no cachestat before Linux 6.5, EPERM for
+/// a file the user may neither write nor owns on 6.14 and later). Keeps
+/// errno as it was.
+fn cached(fd: c_int, off: u64, len: u64) -> bool {
+    let range = CachestatRange { off, len };
+    let mut st = Cachestat::default();
+    // SAFETY: errno's location is valid for the thread.
+    let e = unsafe { *libc::__errno_location() };
+    // SAFETY: cachestat reads `range` and writes `st`, both live; a bad
+    // descriptor answers EBADF.
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd,
+            &range as *const CachestatRange,
+            &mut st as *mut Cachestat,
+            0u32,
+        )
+    };
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+    r == 0 && st.cache >= len.div_ceil(page_size())
 }
 
 /// `posix_fadvise(fd, …, advice)` returned `r`: advice on how the kernel
@@ -231,5 +377,8 @@ mod tests {
     #[test]
     fn the_simulator_models_the_shim_by_its_own_numbers() {
         assert_eq!(super::HOLD, ahead::ra::hints::preload::SHIM_HOLD);
+        assert_eq!(super::SMALL_FILE, ahead::ra::hints::preload::SMALL_FILE);
+        assert_eq!(super::PROBES, ahead::ra::hints::preload::CACHED_PROBES);
+        assert_eq!(super::RECHECK, ahead::ra::hints::preload::CACHED_RECHECK);
     }
 }

@@ -24,7 +24,9 @@
 //!   without a system call (`fds.rs`); a descriptor's first eight reads
 //!   elsewhere are passed on too (`fds::HOLD`: a few jumps are no stream
 //!   worth the core's start-up). The ninth read of a descriptor that is
-//!   not forward loads the core;
+//!   not forward loads the core, unless the file is small or cached where
+//!   16 probes look (`fds::classify`): then its reads go on being passed
+//!   on, a cached file's looked at again every 64th;
 //! * `--off`: only with `--stats` (at load); without it, `ahead run` does
 //!   not preload this library at all.
 //!
@@ -150,6 +152,9 @@ fn decide(wants: Wants) -> Decision {
                         held: false,
                     });
                 }
+                if fds::quiet(fd, at) {
+                    return passed_on(fd, at);
+                }
             }
             fd
         }
@@ -189,11 +194,31 @@ fn decide(wants: Wants) -> Decision {
                     None => Decision::Pass,
                 };
             }
+            // A small or cached file needs no core: its reads are the
+            // kernel's alone, as the core would leave them.
+            if fds::classify(fd, u64::try_from(st.st_size).unwrap_or(0)) {
+                return passed_on(fd, at);
+            }
         }
         return Decision::Load(fd);
     }
     fds::mark_other(fd);
     Decision::Pass
+}
+
+/// A read of a small or cached file passed on: where it ends is noted, as
+/// for any read of a tracked descriptor, so that the next one is known
+/// forward or not.
+fn passed_on(fd: c_int, at: Option<i64>) -> Decision {
+    match fds::offset(fd, at) {
+        Some(offset) => Decision::Note(Passed {
+            fd,
+            offset,
+            current: at.is_none(),
+            held: false,
+        }),
+        None => Decision::Pass,
+    }
 }
 
 /// Loads the core (one thread; others meanwhile pass their calls on).
@@ -387,11 +412,14 @@ macro_rules! hook {
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             static NEXT: AtomicUsize = AtomicUsize::new(0);
             static CORE_FN: AtomicUsize = AtomicUsize::new(0);
-            let name = CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes());
-            let (p, passed) = match name {
-                Ok(name) => target(&NEXT, &CORE_FN, name, $wants),
-                Err(_) => (0, None),
-            };
+            // Checked when the library is built, not at every call (the
+            // check scanned the name: a fifth of a hook's time).
+            const NAME: &CStr =
+                match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                    Ok(name) => name,
+                    Err(_) => panic!("a function's name has no NUL inside"),
+                };
+            let (p, passed) = target(&NEXT, &CORE_FN, NAME, $wants);
             if p == 0 {
                 set_errno(libc::ENOSYS);
                 return $none;
