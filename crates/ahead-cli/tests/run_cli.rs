@@ -1177,6 +1177,68 @@ print(first, core())
     assert_eq!(run(&small), "0 0\n", "small: never the core");
 }
 
+/// A reader stepping backward through cached pages (`tail` of a log read
+/// before, whose head the kernel has since reclaimed) loads no core,
+/// though the file is not cached whole; stepping on into the evicted
+/// part, it loads the core within 64 reads. A cold file read backward
+/// loads it at the ninth read, as before.
+#[test]
+fn a_backward_reader_over_cached_pages_loads_no_core() {
+    let Some(python) = need(&["python3"], "python3") else {
+        return;
+    };
+    let dir = scratch();
+    let file = lines_file(dir.path(), 8 << 20);
+    std::fs::File::open(&file).unwrap().sync_all().unwrap();
+    let probe = r#"
+import os, sys
+def core():
+    with open("/proc/self/maps") as m:
+        return int(any("libahead_preload" in l for l in m))
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+at = size // 8192 * 8192
+def back(n):
+    global at
+    for _ in range(n):
+        at -= 8192
+        os.pread(fd, 8192, at)
+back(40)
+first = core()
+at = (size // 2) // 8192 * 8192 + 8192
+back(80)
+print(first, core())
+"#;
+    let run = || {
+        let o = out(&mut ahead_cmd(&[
+            "run",
+            "--",
+            s(&python),
+            "-c",
+            probe,
+            s(&file),
+        ]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let f = std::fs::File::open(&file).unwrap();
+    let size = f.metadata().unwrap().len();
+    ahead::residency::evict(&f, 0, 0).unwrap();
+    assert_eq!(run(), "1 1\n", "a cold file read backward loads the core");
+    // Its second half cached, its first evicted.
+    let _ = std::fs::read(&file).unwrap();
+    ahead::residency::evict(&f, 0, size / 2).unwrap();
+    if ahead::residency::all_cached(&f, size / 2, size / 2, size) != Some(true) {
+        eprintln!("SKIP: no cachestat(2) here, or the half would not stay cached");
+        return;
+    }
+    assert_eq!(
+        run(),
+        "0 1\n",
+        "cached behind: no core until a read finds a page gone"
+    );
+}
+
 /// The library brings its own (hidden) unwinder stubs instead of libgcc_s:
 /// a C++ program's exceptions still use the program's unwinder.
 #[test]

@@ -69,6 +69,9 @@ struct Fd {
     quiet: AtomicU8,
     /// Reads of a [`CACHED`] file since it was last looked at.
     reads: AtomicU32,
+    /// Held reads in a row that each ended at or before where the one
+    /// before it began: a stream going backward ([`classify`]).
+    back: AtomicU8,
 }
 
 /// The file's reads need the core (or it was not looked at yet).
@@ -100,6 +103,7 @@ static FDS: [Fd; SLOTS] = [const {
         advised: AtomicU8::new(0),
         quiet: AtomicU8::new(NEEDED),
         reads: AtomicU32::new(0),
+        back: AtomicU8::new(0),
     }
 }; SLOTS];
 
@@ -114,6 +118,7 @@ pub(crate) fn opened(n: c_int) {
         f.next.store(0, Ordering::Relaxed);
         f.held.store(0, Ordering::Relaxed);
         f.held_len.store(0, Ordering::Relaxed);
+        f.back.store(0, Ordering::Relaxed);
         f.advised.store(0, Ordering::Relaxed);
         f.quiet.store(NEEDED, Ordering::Relaxed);
         f.state.store(TRACKED, Ordering::Release);
@@ -130,6 +135,7 @@ pub(crate) fn closed(n: c_int) {
         if f.held.load(Ordering::Relaxed) != 0 {
             f.held.store(0, Ordering::Relaxed);
             f.held_len.store(0, Ordering::Relaxed);
+            f.back.store(0, Ordering::Relaxed);
         }
         if f.advised.load(Ordering::Relaxed) != 0 {
             f.advised.store(0, Ordering::Relaxed);
@@ -180,7 +186,7 @@ pub(crate) fn classify(n: c_int, size: u64) -> bool {
     } else {
         let last = (size - 1) / page;
         let all = (0..PROBES).all(|i| cached(n, last * i / (PROBES - 1) * page, page));
-        if !all {
+        if !all && !cached_behind(f, n, page) {
             return false;
         }
         CACHED
@@ -190,6 +196,32 @@ pub(crate) fn classify(n: c_int, size: u64) -> bool {
     f.quiet.store(kind, Ordering::Relaxed);
     true
 }
+
+/// A stream going backward, every held read a step back from the one
+/// before, with [`BEHIND`] bytes cached behind the last: where it reads
+/// next is cached, as the kernel never reads ahead backward — an earlier
+/// run left it there (`tail` of a log read before, whose head the kernel
+/// has since reclaimed, so the probes of the whole file miss). Its reads
+/// are the kernel's alone as a cached file's are, and the first recheck
+/// that finds a page missing loads the core for the cold part. Forward
+/// readers are not judged so: pages ahead of them may be the kernel's own
+/// readahead of this very stream, whose reads through gaps the core's
+/// trial may be there to stop.
+fn cached_behind(f: &Fd, n: c_int, page: u64) -> bool {
+    if f.back.load(Ordering::Relaxed) + 1 < HOLD {
+        return false;
+    }
+    let Some((at, _)) = held_read(n) else {
+        return false;
+    };
+    let from = at.saturating_sub(BEHIND) / page * page;
+    let end = at / page * page;
+    end > from && cached(n, from, end - from)
+}
+
+/// How much behind a backward stream's last read must be cached: the
+/// kernel's default window (128 KiB), sixteen 8 KiB reads of `tail`.
+const BEHIND: u64 = 128 << 10;
 
 /// The file position of a descriptor the shim does not track (one
 /// `lseek` system call, not the hooked C function). Keeps errno.
@@ -296,6 +328,14 @@ pub(crate) fn held_done(n: c_int, offset: u64, r: isize) {
     let (Some(f), Ok(r)) = (fd(n), u64::try_from(r)) else {
         return;
     };
+    // A step back: this read ends where the last one began, or before it.
+    let back = held_read(n).is_some_and(|(at, _)| offset < at && offset.saturating_add(r) <= at);
+    let steps = if back {
+        f.back.load(Ordering::Relaxed).saturating_add(1)
+    } else {
+        0
+    };
+    f.back.store(steps, Ordering::Relaxed);
     f.held_at.store(offset, Ordering::Relaxed);
     f.held_len.store(r.saturating_add(1), Ordering::Release);
 }
