@@ -1049,6 +1049,21 @@ fn a_core_that_cannot_load_leaves_programs_as_they_are() {
     assert!(!maps.contains("libahead_preload.so"), "{maps}");
 }
 
+/// Python's output for `script` run under `ahead run` with `file` as its
+/// argument (the run must succeed).
+fn python_under_run(python: &Path, script: &str, file: &Path) -> String {
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--",
+        s(python),
+        "-c",
+        script,
+        s(file),
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// Reads readahead cannot help load nothing: a cold file read forward
 /// (its first MiB), then eight times backward from its end, leaves a
 /// process with the shim alone and no helper thread. A ninth read loads
@@ -1085,16 +1100,7 @@ state()
 "#;
     // Cold, so that the file is neither small nor wholly cached.
     ahead::residency::evict(&f, 0, 0).unwrap();
-    let o = out(&mut ahead_cmd(&[
-        "run",
-        "--",
-        s(&python),
-        "-c",
-        probe,
-        s(&file),
-    ]));
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = python_under_run(&python, probe, &file);
     if text.starts_with("0 1") {
         eprintln!("SKIP: this python's start-up already loads the core");
         return;
@@ -1137,18 +1143,7 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 jumps(70)
 print(first, core())
 "#;
-    let run = |file: &Path| {
-        let o = out(&mut ahead_cmd(&[
-            "run",
-            "--",
-            s(&python),
-            "-c",
-            probe,
-            s(file),
-        ]));
-        assert!(o.status.success(), "{}", stderr(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let run = |file: &Path| python_under_run(&python, probe, file);
     let cold = |file: &Path| {
         ahead::residency::evict(std::fs::File::open(file).unwrap(), 0, 0).unwrap();
     };
@@ -1209,18 +1204,7 @@ at = (size // 2) // 8192 * 8192 + 8192
 back(80)
 print(first, core())
 "#;
-    let run = || {
-        let o = out(&mut ahead_cmd(&[
-            "run",
-            "--",
-            s(&python),
-            "-c",
-            probe,
-            s(&file),
-        ]));
-        assert!(o.status.success(), "{}", stderr(&o));
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    };
+    let run = || python_under_run(&python, probe, &file);
     let f = std::fs::File::open(&file).unwrap();
     let size = f.metadata().unwrap().len();
     ahead::residency::evict(&f, 0, 0).unwrap();
