@@ -906,6 +906,16 @@ fn reads_at_the_file_position_are_placed_without_asking_the_kernel_each_time() {
     );
 }
 
+/// A file of lines under the kernel's first window (64 KiB) and one well
+/// over it (8 MiB): the small one in `dir`, the big one in `dir/big`.
+fn small_and_big_files(dir: &Path) -> (PathBuf, PathBuf) {
+    std::fs::create_dir(dir.join("big")).unwrap();
+    (
+        lines_file(dir, 64 << 10),
+        lines_file(&dir.join("big"), 8 << 20),
+    )
+}
+
 /// Files readahead cannot help send the helper nothing beyond their first
 /// read (with --stats): a small file, a wholly cached one read backward,
 /// and a forward stream; the process's line counts the reads passed over
@@ -916,9 +926,7 @@ fn small_cached_and_forward_reads_cost_no_events() {
         return;
     };
     let dir = scratch();
-    let small = lines_file(dir.path(), 64 << 10);
-    std::fs::create_dir(dir.path().join("big")).unwrap();
-    let big = lines_file(&dir.path().join("big"), 8 << 20);
+    let (small, big) = small_and_big_files(dir.path());
     let stats = dir.path().join("stats.json");
     // Cached: read once whole.
     let plain = out(Command::new(&tac).arg(&big));
@@ -1119,9 +1127,7 @@ fn small_and_cached_files_never_load_the_core() {
         return;
     };
     let dir = scratch();
-    let big = lines_file(dir.path(), 8 << 20);
-    std::fs::create_dir(dir.path().join("small")).unwrap();
-    let small = lines_file(&dir.path().join("small"), 64 << 10);
+    let (small, big) = small_and_big_files(dir.path());
     for f in [&big, &small] {
         std::fs::File::open(f).unwrap().sync_all().unwrap();
     }
