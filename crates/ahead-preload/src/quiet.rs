@@ -124,7 +124,11 @@ pub(crate) fn pass_early(slot: &Slot) -> bool {
     }
     let pass = match slot.quiet.load(Ordering::Relaxed) {
         SMALL => true,
-        CACHED => !(slot.reads.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(RECHECK),
+        CACHED => !slot
+            .reads
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1)
+            .is_multiple_of(RECHECK),
         _ => false,
     };
     if pass {

@@ -157,7 +157,12 @@ pub(crate) fn quiet(n: c_int, at: Option<i64>) -> bool {
     match f.quiet.load(Ordering::Relaxed) {
         SMALL => true,
         CACHED => {
-            if !(f.reads.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(RECHECK) {
+            if !f
+                .reads
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_add(1)
+                .is_multiple_of(RECHECK)
+            {
                 return true;
             }
             let still = offset(n, at).or_else(|| position(n)).is_some_and(|o| {
