@@ -97,6 +97,13 @@ fn main() {
     if env::var("TARGET").is_ok_and(|t| t.contains("-linux-")) {
         println!("cargo:rustc-link-arg-bin=ahead=-Wl,-S");
     }
+    // The launcher's entry: its quick path, before the C library starts
+    // (src/early.rs, built for this target only).
+    if env::var("CARGO_CFG_TARGET_OS").is_ok_and(|o| o == "linux")
+        && env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "x86_64")
+    {
+        println!("cargo:rustc-link-arg-bin=ahead=-Wl,-e,ahead_early");
+    }
 }
 
 /// Links `ahead`, the launcher (src/front.rs), as a static

@@ -6,7 +6,17 @@
 //! other command, and every form of `run` it does not know to be plain,
 //! it hands to `ahead-full` beside it, with the same arguments, under the
 //! same name, in the same process.
+//!
+//! On x86-64 Linux it starts those forms before the C library does, at the
+//! program's entry (src/early.rs), and this `main` sees only what that path
+//! returned from.
 
+// The early path must not call `memcpy`, `memset` or `memcmp`: no loop
+// in this program is turned into them (src/early.rs).
+#![no_builtins]
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod early;
 mod launch;
 
 use std::ffi::OsString;

@@ -139,6 +139,63 @@ fn resolve(cmd: &OsStr) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// [`Quick::parse`] over the words that follow `run`: the mode, whether
+/// `--no-dontcache` was given, and where the program's words begin. It
+/// compares bytes one by one, as the launcher's start before the C library
+/// needs (src/early.rs: a slice comparison would call `memcmp`, which the C
+/// library has not set up there).
+pub fn parse_words<'w>(
+    words: impl Iterator<Item = &'w [u8]>,
+) -> Option<(&'static str, bool, usize)> {
+    let (mut readahead, mut uncached, mut off, mut no_dontcache) = (false, false, false, false);
+    let mut words = words.enumerate();
+    for (i, a) in words.by_ref() {
+        let flag = if same(a, b"--") {
+            let valid = !(readahead && (uncached || off))
+                && !(uncached && off)
+                && (!no_dontcache || uncached);
+            let mode = if uncached {
+                "uncached"
+            } else if off {
+                "off"
+            } else {
+                "readahead"
+            };
+            return (valid && words.next().is_some()).then_some((mode, no_dontcache, i + 1));
+        } else if same(a, b"--readahead") {
+            &mut readahead
+        } else if same(a, b"--uncached") {
+            &mut uncached
+        } else if same(a, b"--off") {
+            &mut off
+        } else if same(a, b"--no-dontcache") {
+            &mut no_dontcache
+        } else {
+            return None;
+        };
+        if std::mem::replace(flag, true) {
+            return None;
+        }
+    }
+    None
+}
+
+/// Whether two byte strings are equal, byte by byte (no `memcmp`).
+pub fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        // Both have a byte at `i`.
+        if a.get(i) != b.get(i) {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// The forms of `ahead run` the launcher starts itself: flags among
 /// `--readahead`, `--uncached`, `--off` and `--no-dontcache`, each at most
 /// once and as `ahead-full` would accept them together, then `--` and the
@@ -155,39 +212,12 @@ pub struct Quick<'a> {
 impl<'a> Quick<'a> {
     /// `args`: what follows `run`.
     pub fn parse(args: &'a [OsString]) -> Option<Quick<'a>> {
-        let (mut readahead, mut uncached, mut off, mut no_dontcache) = (false, false, false, false);
-        for (i, a) in args.iter().enumerate() {
-            let flag = match a.as_bytes() {
-                b"--" => {
-                    let cmd = &args[i + 1..];
-                    let valid = !cmd.is_empty()
-                        && !(readahead && (uncached || off))
-                        && !(uncached && off)
-                        && (!no_dontcache || uncached);
-                    let mode = if uncached {
-                        "uncached"
-                    } else if off {
-                        "off"
-                    } else {
-                        "readahead"
-                    };
-                    return valid.then_some(Quick {
-                        mode,
-                        no_dontcache,
-                        cmd,
-                    });
-                }
-                b"--readahead" => &mut readahead,
-                b"--uncached" => &mut uncached,
-                b"--off" => &mut off,
-                b"--no-dontcache" => &mut no_dontcache,
-                _ => return None,
-            };
-            if std::mem::replace(flag, true) {
-                return None;
-            }
-        }
-        None
+        let (mode, no_dontcache, at) = parse_words(args.iter().map(|a| a.as_bytes()))?;
+        Some(Quick {
+            mode,
+            no_dontcache,
+            cmd: &args[at..],
+        })
     }
 
     /// Starts the program as `ahead-full` would, if nothing needs more than

@@ -1357,12 +1357,12 @@ fn the_launcher_starts_plain_runs_itself_and_hands_on_the_rest() {
             .unwrap_or(0)
     };
     let run = |exe: &Path, args: &[&str]| {
-        let o = Command::new(exe)
-            .args(args)
-            .env("XDG_STATE_HOME", &state)
-            .env_remove("LD_PRELOAD")
-            .output()
-            .unwrap();
+        let o = output_of_copy(
+            Command::new(exe)
+                .args(args)
+                .env("XDG_STATE_HOME", &state)
+                .env_remove("LD_PRELOAD"),
+        );
         (o.status.code(), s_out(&o), stderr(&o))
     };
     let show =
@@ -1441,6 +1441,62 @@ fn the_launcher_starts_plain_runs_itself_and_hands_on_the_rest() {
             }
         }
     }
+    // The whole environment the program sees is ahead-full's, in any order,
+    // with the caller's LD_PRELOAD after the shim; and with the state
+    // directory under $HOME as under $XDG_STATE_HOME.
+    let home = dir.join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let env_of = |exe: &Path, args: &[&str], xdg: bool| {
+        let mut c = Command::new(exe);
+        c.args(args)
+            .env("LD_PRELOAD", "libm.so.6")
+            .env("AHEAD_RUN_DONTCACHE", "1")
+            .env("HOME", &home);
+        if xdg {
+            c.env("XDG_STATE_HOME", &state);
+        } else {
+            c.env_remove("XDG_STATE_HOME");
+        }
+        let o = output_of_copy(&mut c);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        let mut lines: Vec<String> = s_out(&o).lines().map(String::from).collect();
+        lines.sort();
+        lines
+    };
+    for xdg in [true, false] {
+        for args in [
+            &["run", "--", "env"][..],
+            &["run", "--no-dontcache", "--uncached", "--", "env"],
+            &["run", "--off", "--", "env"],
+        ] {
+            let direct = env_of(Path::new(env!("CARGO_BIN_EXE_ahead-full")), args, xdg);
+            let before = calls();
+            let quick = env_of(&front, args, xdg);
+            assert_eq!(quick, direct, "{args:?}, XDG_STATE_HOME set: {xdg}");
+            assert_eq!(calls() - before, 0, "{args:?}: handed on");
+            if args[1] != "--off" {
+                let preload = quick.iter().find(|l| l.starts_with("LD_PRELOAD=")).unwrap();
+                assert!(
+                    preload.ends_with(&"/libahead_shim.so:libm.so.6"),
+                    "{preload}"
+                );
+            }
+        }
+    }
+    // A static program: ahead-full says the preload cannot act on it.
+    if let Some(ldconfig) = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.is_file())
+    {
+        let before = calls();
+        let (code, _, e) = run(&front, &["run", "--", s(ldconfig), "-p"]);
+        assert_eq!(code, Some(0), "{e}");
+        if e.contains("statically linked") {
+            assert_eq!(calls() - before, 1, "a static program was not handed on");
+        }
+    }
     // ahead-full refuses a launcher of another build, and a launcher alone
     // says what it lacks.
     let o = Command::new(env!("CARGO_BIN_EXE_ahead-full"))
@@ -1454,6 +1510,93 @@ fn the_launcher_starts_plain_runs_itself_and_hands_on_the_rest() {
     let (code, _, e) = run(&front, &["--version"]);
     assert_eq!(code, Some(1));
     assert!(e.contains("ahead-full"), "{e}");
+}
+
+/// The output of `c`, whose program may be a copy this test process just
+/// wrote: a child another thread forks meanwhile holds the copy's
+/// descriptor open until it execs, and an exec of the copy then fails
+/// with ETXTBSY for that moment.
+fn output_of_copy(c: &mut Command) -> Output {
+    for _ in 0..100 {
+        match c.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            o => return o.unwrap(),
+        }
+    }
+    panic!("{c:?}: text file busy for 2 s");
+}
+
+/// On x86-64 Linux the launcher execs the program before its own C library
+/// starts (src/early.rs): between the launcher's `execve` and the
+/// program's, no `arch_prctl` (glibc's start sets its thread pointer with
+/// it), and the launcher's first system call is its own. Other forms are
+/// left to the C library's start and `main`.
+#[test]
+fn the_launcher_starts_a_program_before_its_own_c_library_starts() {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        eprintln!("SKIP: the early start is x86-64 Linux's");
+        return;
+    }
+    let Some(strace) = need(&["strace"], "strace to see the launcher's system calls") else {
+        return;
+    };
+    // The libraries placed (the first run's work is ahead-full's).
+    assert!(out(&mut ahead_cmd(&["run", "--", "true"])).status.success());
+    let calls = |args: &[&str]| {
+        let o = Command::new(&strace)
+            .args(["-f", "-qq", "-e", "trace=execve,arch_prctl,geteuid,brk"])
+            .arg(env!("CARGO_BIN_EXE_ahead"))
+            .args(args)
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        // The calls after the launcher's exec, up to the program's.
+        let e = stderr(&o);
+        let names: Vec<String> = e
+            .lines()
+            .filter_map(|l| {
+                let l = l
+                    .split_once(' ')
+                    .filter(|(p, _)| p.starts_with("[pid"))
+                    .map_or(l, |(_, r)| r.trim_start());
+                l.split_once('(').map(|(n, _)| n.to_string())
+            })
+            .collect();
+        let second = names
+            .iter()
+            .skip(1)
+            .position(|n| n == "execve")
+            .map(|i| i + 1);
+        names[1..second.map_or(names.len(), |i| i + 1)].to_vec()
+    };
+    for args in [
+        &["run", "--", "true"][..],
+        &["run", "--off", "--", "true"],
+        &["run", "--uncached", "--", "true"],
+    ] {
+        let before = calls(args);
+        assert_eq!(
+            before.first().map(String::as_str),
+            Some(if args[1] == "--off" {
+                "execve"
+            } else {
+                "geteuid"
+            }),
+            "{args:?}: {before:?}"
+        );
+        assert!(
+            !before.iter().any(|n| n == "arch_prctl" || n == "brk"),
+            "{args:?}: the C library started first: {before:?}"
+        );
+    }
+    // A form the early path leaves alone starts the C library.
+    let t = scratch();
+    let stats = t.path().join("s.json");
+    let before = calls(&["run", "--stats", s(&stats), "--", "true"]);
+    assert!(before.iter().any(|n| n == "arch_prctl"), "{before:?}");
 }
 
 fn s_out(o: &Output) -> String {
