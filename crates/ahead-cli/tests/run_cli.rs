@@ -1512,6 +1512,93 @@ fn the_launcher_starts_plain_runs_itself_and_hands_on_the_rest() {
     assert!(e.contains("ahead-full"), "{e}");
 }
 
+/// The launcher finds and starts a program as `ahead-full` does (the
+/// C library's `execvp`), whichever path takes it: a file that cannot be
+/// executed or a directory earlier in PATH, an empty PATH entry (the
+/// current directory), an executable with no `#!` (run by `/bin/sh`), a
+/// program named by a path, one that is missing, an empty name, an
+/// environment too large for the early path's arrays, and an `LD_PRELOAD`
+/// too long for its buffer. Status, output and errors are compared.
+#[test]
+fn the_launcher_finds_and_starts_programs_as_execvp_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = scratch();
+    let dir = t.path();
+    let state = dir.join("state");
+    let cwd = dir.join("cwd");
+    for d in [&state, &cwd, &dir.join("a"), &dir.join("b"), &dir.join("c")] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let file = |path: PathBuf, text: &str, mode: u32| {
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    // a/prog cannot be executed, a/isdir is a directory: both passed over.
+    file(dir.join("a/prog"), "#!/bin/sh\necho a\n", 0o644);
+    std::fs::create_dir(dir.join("a/isdir")).unwrap();
+    file(dir.join("b/prog"), "#!/bin/sh\necho b \"$@\"\n", 0o755);
+    file(dir.join("b/isdir"), "#!/bin/sh\necho b-isdir\n", 0o755);
+    file(dir.join("b/plain"), "echo no-hashbang \"$1\"\n", 0o755);
+    file(cwd.join("here"), "#!/bin/sh\necho here\n", 0o755);
+    // After the empty entry: found only if the current directory is
+    // skipped.
+    file(dir.join("c/here"), "#!/bin/sh\necho c\n", 0o755);
+    let path = format!(
+        "{}:{}::{}:/usr/bin:/bin",
+        s(&dir.join("a")),
+        s(&dir.join("b")),
+        s(&dir.join("c"))
+    );
+    let run = |exe: &str, args: &[&str], extra: &[(String, String)]| {
+        let mut c = Command::new(exe);
+        c.args(args)
+            .current_dir(&cwd)
+            .env("PATH", &path)
+            .env("XDG_STATE_HOME", &state)
+            .env_remove("LD_PRELOAD");
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        (o.status.code(), s_out(&o), stderr(&o))
+    };
+    let launcher = env!("CARGO_BIN_EXE_ahead");
+    let full = env!("CARGO_BIN_EXE_ahead-full");
+    // The libraries placed.
+    assert_eq!(run(launcher, &["run", "--", "true"], &[]).0, Some(0));
+    let many: Vec<(String, String)> = (0..1100)
+        .map(|i| (format!("AHEAD_TEST_{i}"), i.to_string()))
+        .collect();
+    let long = vec![("LD_PRELOAD".to_string(), ":".repeat(10_000))];
+    type Vars = [(String, String)];
+    let cases: [(&[&str], &Vars); 11] = [
+        (&["run", "--", "prog", "x"], &[]),
+        (&["run", "--off", "--", "prog", "x"], &[]),
+        (&["run", "--", "isdir"], &[]),
+        (&["run", "--", "here"], &[]),
+        (&["run", "--", "plain", "y"], &[]),
+        (&["run", "--off", "--", "plain", "y"], &[]),
+        (&["run", "--", "./here"], &[]),
+        (&["run", "--", "missing-program"], &[]),
+        (&["run", "--", ""], &[]),
+        (&["run", "--", "prog", "z"], &many),
+        (&["run", "--", "prog", "w"], &long),
+    ];
+    for (args, extra) in cases {
+        let quick = run(launcher, args, extra);
+        let direct = run(full, args, extra);
+        assert_eq!(quick, direct, "{args:?} ({} more variables)", extra.len());
+    }
+    // Sanity: the programs ran where they should.
+    assert_eq!(run(launcher, &["run", "--", "prog", "x"], &[]).1, "b x\n");
+    assert_eq!(
+        run(launcher, &["run", "--", "plain", "y"], &[]).1,
+        "no-hashbang y\n"
+    );
+    assert_eq!(run(launcher, &["run", "--", "here"], &[]).1, "here\n");
+}
+
 /// The output of `c`, whose program may be a copy this test process just
 /// wrote: a child another thread forks meanwhile holds the copy's
 /// descriptor open until it execs, and an exec of the copy then fails
