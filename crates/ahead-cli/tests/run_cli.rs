@@ -1178,6 +1178,58 @@ print(first, core())
     assert_eq!(run(&small), "0 0\n", "small: never the core");
 }
 
+/// A program that jumps at random through a cold file holds the core off
+/// (it would hint nothing, and costs a process about 0.7 ms) for up to 64
+/// reads, and has it by the 65th; one whose jumps continue each other (a
+/// stride forward, two streams interleaved) has it at the ninth, as before.
+#[test]
+fn reads_at_random_hold_the_core_off_and_ordered_ones_do_not() {
+    let Some(python) = need(&["python3"], "python3") else {
+        return;
+    };
+    let dir = scratch();
+    let file = lines_file(dir.path(), 32 << 20);
+    std::fs::File::open(&file).unwrap().sync_all().unwrap();
+    let probe = |reads: &str| {
+        format!(
+            r#"
+import os, sys, random
+def core():
+    with open("/proc/self/maps") as m:
+        return int(any("libahead_preload" in l for l in m))
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+r = random.Random(7)
+seen = []
+for i, at in enumerate({reads}):
+    os.pread(fd, 4096, at)
+    seen.append(str(core()))
+print("".join(seen))
+"#
+        )
+    };
+    let cold = || ahead::residency::evict(std::fs::File::open(&file).unwrap(), 0, 0).unwrap();
+    // When the core was loaded: at the read after the first `0`s.
+    let loaded_at = |text: String| text.trim().find('1').map(|i| i + 1);
+    for (reads, at, what) in [
+        (
+            "[r.randrange(0, size // 4096) * 4096 for _ in range(80)]",
+            65,
+            "at random",
+        ),
+        ("[i * (64 << 10) + 8192 for i in range(20)]", 9, "a stride"),
+        (
+            "[(i // 2) * 12288 + 8192 + (i % 2) * (size // 2) for i in range(20)]",
+            9,
+            "two streams interleaved",
+        ),
+    ] {
+        cold();
+        let text = python_under_run(&python, &probe(reads), &file);
+        assert_eq!(loaded_at(text), Some(at), "{what}");
+    }
+}
+
 /// A reader stepping backward through cached pages (`tail` of a log read
 /// before, whose head the kernel has since reclaimed) loads no core,
 /// though the file is not cached whole; stepping on into the evicted

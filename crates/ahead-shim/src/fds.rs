@@ -44,9 +44,25 @@ const OTHER: u8 = 2;
 /// what the core costs even if every read were hinted: `tail -n` of a few
 /// hundred lines, a database's header and a lookup or two. A stream of
 /// more reads is seen by the core from its ninth, and the eighth is
-/// handed to it first. The simulator's model of the preload takes the same
+/// handed to it first; reads that jump at random are held longer
+/// ([`scattered`]). The simulator's model of the preload takes the same
 /// number from `ahead::ra::hints::preload::SHIM_HOLD` (checked below).
 pub(crate) const HOLD: u8 = 8;
+
+/// Reads that look scattered, passed on up to this many in all; then the
+/// core is loaded whatever they look like
+/// (`ahead::ra::hints::preload::SHIM_HOLD_SCATTERED`, which says why;
+/// checked below).
+pub(crate) const HOLD_SCATTERED: u8 = 64;
+
+/// Of the last eight steps between held reads, how many must continue
+/// one of the two reads before for the core to load
+/// (`ahead::ra::hints::preload::SHIM_ORDERED`).
+const ORDERED: u32 = 6;
+
+/// How near an earlier read a held read must begin to continue it: this,
+/// or 1/64 of the file if more (`ahead::ra::hints::preload::SHIM_NEAR`).
+const NEAR: u64 = 256 << 10;
 
 struct Fd {
     state: AtomicU8,
@@ -72,6 +88,18 @@ struct Fd {
     /// Held reads in a row that each ended at or before where the one
     /// before it began: a stream going backward ([`classify`]).
     back: AtomicU8,
+    /// The held read before the last (as `held_at` and `held_len`).
+    before_at: AtomicU64,
+    before_len: AtomicU64,
+    /// A bit for each of the last eight steps between held reads: whether
+    /// it continued one of the two reads before it ([`continues`]).
+    steps: AtomicU8,
+    /// How near counts as continuing for this file ([`hold`] sets it from
+    /// the file's size).
+    near: AtomicU64,
+    /// Where the read before the one being held ended (any read: a
+    /// forward run's last), as [`hold`] found it.
+    from: AtomicU64,
 }
 
 /// The file's reads need the core (or it was not looked at yet).
@@ -104,6 +132,11 @@ static FDS: [Fd; SLOTS] = [const {
         quiet: AtomicU8::new(NEEDED),
         reads: AtomicU32::new(0),
         back: AtomicU8::new(0),
+        before_at: AtomicU64::new(0),
+        before_len: AtomicU64::new(0),
+        steps: AtomicU8::new(0),
+        near: AtomicU64::new(0),
+        from: AtomicU64::new(0),
     }
 }; SLOTS];
 
@@ -119,6 +152,8 @@ pub(crate) fn opened(n: c_int) {
         f.held.store(0, Ordering::Relaxed);
         f.held_len.store(0, Ordering::Relaxed);
         f.back.store(0, Ordering::Relaxed);
+        f.before_len.store(0, Ordering::Relaxed);
+        f.steps.store(0, Ordering::Relaxed);
         f.advised.store(0, Ordering::Relaxed);
         f.quiet.store(NEEDED, Ordering::Relaxed);
         f.state.store(TRACKED, Ordering::Release);
@@ -136,6 +171,8 @@ pub(crate) fn closed(n: c_int) {
             f.held.store(0, Ordering::Relaxed);
             f.held_len.store(0, Ordering::Relaxed);
             f.back.store(0, Ordering::Relaxed);
+            f.before_len.store(0, Ordering::Relaxed);
+            f.steps.store(0, Ordering::Relaxed);
         }
         if f.advised.load(Ordering::Relaxed) != 0 {
             f.advised.store(0, Ordering::Relaxed);
@@ -318,8 +355,11 @@ pub(crate) fn advised(n: c_int) -> bool {
 /// few reads at offsets (the end of a certificate bundle, a database's
 /// header and a lookup) are no stream worth the core's start-up; the core
 /// is loaded at the next, and its policy then sees the stream from there.
-pub(crate) fn hold(n: c_int) -> bool {
+pub(crate) fn hold(n: c_int, size: u64) -> bool {
     fd(n).is_some_and(|f| {
+        f.near.store(NEAR.max(size / 64), Ordering::Relaxed);
+        f.from
+            .store(f.next.load(Ordering::Relaxed), Ordering::Relaxed);
         f.held
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |h| {
                 (h < HOLD).then_some(h + 1)
@@ -328,19 +368,72 @@ pub(crate) fn hold(n: c_int) -> bool {
     })
 }
 
+/// Whether the read after [`HOLD`] held ones is the first to be looked at
+/// ([`classify`]), none of them held as scattered yet.
+pub(crate) fn looks(n: c_int) -> bool {
+    fd(n).is_some_and(|f| f.held.load(Ordering::Relaxed) == HOLD)
+}
+
+/// A read that is not forward, after [`HOLD`] held ones: whether it is
+/// held too, the reads so far scattered (fewer than [`ORDERED`] of the
+/// last eight steps continued an earlier read) and fewer than
+/// [`HOLD_SCATTERED`] held. A program that jumps at random through a cold
+/// file gets nothing from the core but its cost. Only a descriptor the
+/// shim follows (whose every held read it saw where it read): of another
+/// it knows nothing, and the core is loaded as before.
+pub(crate) fn scattered(n: c_int) -> bool {
+    fd(n).is_some_and(|f| {
+        let ordered = f.steps.load(Ordering::Relaxed).count_ones() >= ORDERED;
+        f.state.load(Ordering::Acquire) == TRACKED
+            && !ordered
+            && f.held
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |h| {
+                    (h < HOLD_SCATTERED).then_some(h + 1)
+                })
+                .is_ok()
+    })
+}
+
+/// Whether a read of `len` bytes at `at` continues the read `prev`
+/// (offset, length): it begins at most `near` bytes past its end, or ends
+/// at most `near` bytes before its start
+/// (`ahead::ra::hints::preload::shim_continues`, checked below).
+fn continues(prev: (u64, u64), at: u64, len: u64, near: u64) -> bool {
+    let end = prev.0.saturating_add(prev.1);
+    let last = at.saturating_add(len);
+    (at >= end && at - end <= near) || (last <= prev.0 && prev.0 - last <= near)
+}
+
 /// A held read of a tracked `fd` at `offset` returned `r`.
 pub(crate) fn held_done(n: c_int, offset: u64, r: isize) {
     let (Some(f), Ok(r)) = (fd(n), u64::try_from(r)) else {
         return;
     };
+    let last = held_read(n);
     // A step back: this read ends where the last one began, or before it.
-    let back = held_read(n).is_some_and(|(at, _)| offset < at && offset.saturating_add(r) <= at);
+    let back = last.is_some_and(|(at, _)| offset < at && offset.saturating_add(r) <= at);
     let steps = if back {
         f.back.load(Ordering::Relaxed).saturating_add(1)
     } else {
         0
     };
     f.back.store(steps, Ordering::Relaxed);
+    if let Some(prev) = last {
+        // It continues where the read before it ended (a forward run's
+        // jump ahead), or one of the last two held reads (a step back, or
+        // two streams taking turns).
+        let near = f.near.load(Ordering::Relaxed);
+        let len = f.before_len.load(Ordering::Relaxed);
+        let before = (len != 0).then(|| (f.before_at.load(Ordering::Relaxed), len - 1));
+        let on = continues((f.from.load(Ordering::Relaxed), 0), offset, r, near)
+            || continues(prev, offset, r, near)
+            || before.is_some_and(|b| continues(b, offset, r, near));
+        let bits = f.steps.load(Ordering::Relaxed);
+        f.steps.store((bits << 1) | u8::from(on), Ordering::Relaxed);
+        f.before_at.store(prev.0, Ordering::Relaxed);
+        f.before_len
+            .store(prev.1.saturating_add(1), Ordering::Relaxed);
+    }
     f.held_at.store(offset, Ordering::Relaxed);
     f.held_len.store(r.saturating_add(1), Ordering::Release);
 }
@@ -422,8 +515,78 @@ mod tests {
     #[test]
     fn the_simulator_models_the_shim_by_its_own_numbers() {
         assert_eq!(super::HOLD, ahead::ra::hints::preload::SHIM_HOLD);
+        assert_eq!(
+            super::HOLD_SCATTERED,
+            ahead::ra::hints::preload::SHIM_HOLD_SCATTERED
+        );
+        assert_eq!(super::ORDERED, ahead::ra::hints::preload::SHIM_ORDERED);
+        assert_eq!(super::NEAR, ahead::ra::hints::preload::SHIM_NEAR);
         assert_eq!(super::SMALL_FILE, ahead::ra::hints::preload::SMALL_FILE);
         assert_eq!(super::PROBES, ahead::ra::hints::preload::CACHED_PROBES);
         assert_eq!(super::RECHECK, ahead::ra::hints::preload::CACHED_RECHECK);
+    }
+
+    #[test]
+    fn the_simulator_models_what_continues_a_held_read_as_the_shim_does() {
+        use ahead::ra::hints::preload::{shim_continues, shim_near};
+        let near = |size: u64| super::NEAR.max(size / 64);
+        let edges = [
+            0,
+            1,
+            4095,
+            4096,
+            256 << 10,
+            (256 << 10) + 1,
+            1 << 30,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..200_000u64 {
+            let mut pick = |scale: u64| match next() % 4 {
+                0 => edges[(next() % edges.len() as u64) as usize],
+                _ => next() % scale,
+            };
+            let size = pick(1 << 34);
+            let prev = (pick(1 << 30), pick(1 << 20));
+            let (at, len) = (pick(1 << 30), pick(1 << 20));
+            assert_eq!(near(size), shim_near(size), "{size}");
+            let n = if i % 2 == 0 {
+                near(size)
+            } else {
+                pick(1 << 24)
+            };
+            assert_eq!(
+                super::continues(prev, at, len, n),
+                shim_continues(prev, at, len, n),
+                "{prev:?} {at} {len} {n}"
+            );
+        }
+        // Forward within reach, backward within reach, and neither.
+        assert!(super::continues(
+            (0, 4096),
+            4096 + (256 << 10),
+            4096,
+            256 << 10
+        ));
+        assert!(super::continues(
+            (1 << 20, 4096),
+            (1 << 20) - 8192,
+            4096,
+            256 << 10
+        ));
+        assert!(!super::continues(
+            (0, 4096),
+            8192 + (256 << 10),
+            4096,
+            256 << 10
+        ));
+        assert!(!super::continues((1 << 20, 4096), 0, 4096, 256 << 10));
     }
 }

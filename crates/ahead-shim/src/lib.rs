@@ -183,21 +183,19 @@ fn decide(wants: Wants) -> Decision {
     }
     if st.st_mode & libc::S_IFMT == libc::S_IFREG {
         if let (Wants::Read(_, at), true) = (wants, FORWARD.load(Ordering::Relaxed)) {
-            if fds::hold(fd) {
-                return match fds::offset(fd, at) {
-                    Some(offset) => Decision::Note(Passed {
-                        fd,
-                        offset,
-                        current: at.is_none(),
-                        held: true,
-                    }),
-                    None => Decision::Pass,
-                };
+            let size = u64::try_from(st.st_size).unwrap_or(0);
+            if fds::hold(fd, size) {
+                return held(fd, at);
             }
             // A small or cached file needs no core: its reads are the
-            // kernel's alone, as the core would leave them.
-            if fds::classify(fd, u64::try_from(st.st_size).unwrap_or(0)) {
+            // kernel's alone, as the core would leave them. Looked at once,
+            // at the first read past the held ones.
+            if fds::looks(fd) && fds::classify(fd, size) {
                 return passed_on(fd, at);
+            }
+            // Reads that jump at random: held on.
+            if fds::scattered(fd) {
+                return held(fd, at);
             }
         }
         return Decision::Load(fd);
@@ -206,16 +204,25 @@ fn decide(wants: Wants) -> Decision {
     Decision::Pass
 }
 
+/// A held read, passed on: where it ends is noted (`fds::held_done`).
+fn held(fd: c_int, at: Option<i64>) -> Decision {
+    noted(fd, at, true)
+}
+
 /// A read of a small or cached file passed on: where it ends is noted, as
 /// for any read of a tracked descriptor, so that the next one is known
 /// forward or not.
 fn passed_on(fd: c_int, at: Option<i64>) -> Decision {
+    noted(fd, at, false)
+}
+
+fn noted(fd: c_int, at: Option<i64>, held: bool) -> Decision {
     match fds::offset(fd, at) {
         Some(offset) => Decision::Note(Passed {
             fd,
             offset,
             current: at.is_none(),
-            held: false,
+            held,
         }),
         None => Decision::Pass,
     }

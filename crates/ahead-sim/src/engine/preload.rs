@@ -5,7 +5,9 @@
 //! descriptor, cold, without `--stats`:
 //!
 //! * **The shim** (crates/ahead-shim, `fds.rs`) passes on reads that
-//!   continue the last one, and the first [`SHIM_HOLD`] that do not; the
+//!   continue the last one, and the first
+//!   [`SHIM_HOLD`](hints::preload::SHIM_HOLD) that do not, and more of
+//!   those while they jump at random ([`hints::preload::shim_holds`]); the
 //!   next loads the core, which is handed the last of them.
 //! * **The core** (crates/ahead-preload, `quiet.rs`) passes over every
 //!   read of a file of at most [`SMALL_FILE`] bytes, and reads that
@@ -24,7 +26,7 @@
 //! several descriptors of one file, and the fork of a process. The numbers
 //! are the preload's own ([`ahead::ra::hints::preload`]).
 
-use ahead::ra::hints::preload::{Sweep, FORWARD_RUN, MAX_WINDOW, SHIM_HOLD, SMALL_FILE};
+use ahead::ra::hints::preload::{Sweep, FORWARD_RUN, MAX_WINDOW, SMALL_FILE};
 use ahead::ra::hints::trial::{self, Advice, Clock, Trial};
 use ahead::ra::hints::{self, Hinter};
 use ahead::ra::{new_policy, PolicyKind};
@@ -49,6 +51,11 @@ struct Shim {
     next: u64,
     held: u8,
     last_held: Option<Read>,
+    /// The held read before the last.
+    before_held: Option<Read>,
+    /// A bit for each of the last eight steps between held reads: whether
+    /// it continued one of the two before it.
+    steps: u8,
 }
 
 /// The core's state for the descriptor.
@@ -190,13 +197,23 @@ impl Preload {
         let end = offset.saturating_add(len);
         let s = &mut self.shim;
         if !s.loaded {
+            let from = s.next;
             let forward = s.next == offset;
             s.next = end;
             if forward {
                 return;
             }
-            if s.held < SHIM_HOLD {
+            if hints::preload::shim_holds(s.held, s.steps) {
                 s.held += 1;
+                if let Some(prev) = s.last_held {
+                    let near = hints::preload::shim_near(self.size);
+                    let on = hints::preload::shim_continues((from, 0), offset, len, near)
+                        || hints::preload::shim_continues(prev, offset, len, near)
+                        || s.before_held
+                            .is_some_and(|b| hints::preload::shim_continues(b, offset, len, near));
+                    s.steps = (s.steps << 1) | u8::from(on);
+                    s.before_held = Some(prev);
+                }
                 s.last_held = Some((offset, len));
                 return;
             }

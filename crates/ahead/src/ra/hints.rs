@@ -62,6 +62,58 @@ pub mod preload {
     /// test checks that the two agree.
     pub const SHIM_HOLD: u8 = 8;
 
+    /// Reads of a descriptor that are not forward and that look scattered
+    /// (below), passed on before the core is loaded: at the 65th it is
+    /// loaded whatever they look like. The core costs a process about
+    /// 0.7 ms (its `dlopen`, the helper thread's start, its first reads;
+    /// docs/never-worse.md, "The launcher before its C library"), which
+    /// a program that jumps at random through a cold file never wins
+    /// back: there is no stream to read ahead of. Held, such a program of
+    /// a few milliseconds reads as it would without ahead; one of many
+    /// more reads has the core from its 65th (a few milliseconds of cold
+    /// 4 KiB reads on the steady device).
+    pub const SHIM_HOLD_SCATTERED: u8 = 64;
+
+    /// Of the last eight steps between held reads, how many must continue
+    /// ([`shim_continues`]) where the read before ended (a forward run's
+    /// jump ahead) or one of the two held reads before (a step back, two
+    /// streams taking turns) for the core to load at the ninth read or
+    /// later: 6. A backward scan, `tail`, a
+    /// walk through rows in key order, a stride and two interleaved
+    /// streams continue at nearly every step; reads at random in a file of
+    /// more than 64 times [`SHIM_NEAR`] continue one of the three with a
+    /// chance of about 1 in 13 (3/64 forward, 2/64 back), and six of eight
+    /// with about 1 in 180,000 at each look.
+    pub const SHIM_ORDERED: u32 = 6;
+
+    /// How far from an earlier read a held read may begin and still
+    /// continue it: the larger of 256 KiB (a sqlite3 walk through 2.7 KB
+    /// rows in key order, one row in 27, steps 110 KB) and 1/64 of the
+    /// file ([`shim_near`]).
+    pub const SHIM_NEAR: u64 = 256 << 10;
+
+    /// [`SHIM_NEAR`] for a file of `size` bytes.
+    pub fn shim_near(size: u64) -> u64 {
+        SHIM_NEAR.max(size / 64)
+    }
+
+    /// Whether a read of `len` bytes at `at` continues the read `prev`
+    /// (offset, length): it begins at most `near` bytes past that read's
+    /// end, or ends at most `near` bytes before its start.
+    pub fn shim_continues(prev: (u64, u64), at: u64, len: u64, near: u64) -> bool {
+        let end = prev.0.saturating_add(prev.1);
+        let last = at.saturating_add(len);
+        (at >= end && at - end <= near) || (last <= prev.0 && prev.0 - last <= near)
+    }
+
+    /// Whether the shim passes on a descriptor's next read that is not
+    /// forward without the core, `held` such reads having been passed on
+    /// and `steps` saying, a bit each, which of the last eight steps
+    /// between them continued one of the two reads before.
+    pub fn shim_holds(held: u8, steps: u8) -> bool {
+        held < SHIM_HOLD || (held < SHIM_HOLD_SCATTERED && steps.count_ones() < SHIM_ORDERED)
+    }
+
     /// Reads in a row near the front of a dense forward sweep before the
     /// preload passes them over ([`Sweep`]): 32, four times
     /// [`FORWARD_RUN`].
