@@ -631,6 +631,28 @@ fn python_and_file(name: &str, size: u64) -> Option<(PathBuf, tempfile::TempDir,
     Some((python, dir, file))
 }
 
+/// python3 (`None`, said, where it is missing), a scratch directory, and a
+/// file of `size` bytes of lines in it, written out (so that it can be
+/// evicted).
+fn python_and_lines(size: usize) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
+    let python = need(&["python3"], "python3")?;
+    let dir = scratch();
+    let file = lines_file(dir.path(), size);
+    std::fs::File::open(&file).unwrap().sync_all().unwrap();
+    Some((python, dir, file))
+}
+
+/// The start of the probes below: `core()` says whether the core is
+/// mapped into the process; `fd` and `size` are the file's.
+const CORE_PROBE: &str = r#"
+import os, sys, random
+def core():
+    with open("/proc/self/maps") as m:
+        return int(any("libahead_preload" in l for l in m))
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+"#;
+
 /// Runs the Python `script` plainly, then under `ahead run --stats` with
 /// `file` evicted first: the same output, and `file`'s line of the stats.
 fn python_cold_under_stats(
@@ -1079,13 +1101,10 @@ fn python_under_run(python: &Path, script: &str, file: &Path) -> String {
 /// starts).
 #[test]
 fn forward_reads_and_a_few_jumps_load_nothing() {
-    let Some(python) = need(&["python3"], "python3") else {
+    let Some((python, _dir, file)) = python_and_lines(4 << 20) else {
         return;
     };
-    let dir = scratch();
-    let file = lines_file(dir.path(), 4 << 20);
     let f = std::fs::File::open(&file).unwrap();
-    f.sync_all().unwrap();
     let probe = r#"
 import os, sys
 def state():
@@ -1131,14 +1150,8 @@ fn small_and_cached_files_never_load_the_core() {
     for f in [&big, &small] {
         std::fs::File::open(f).unwrap().sync_all().unwrap();
     }
-    let probe = r#"
-import os, sys, random
-def core():
-    with open("/proc/self/maps") as m:
-        return int(any("libahead_preload" in l for l in m))
-fd = os.open(sys.argv[1], os.O_RDONLY)
-size = os.fstat(fd).st_size
-r = random.Random(7)
+    let probe = CORE_PROBE.to_owned()
+        + r#"r = random.Random(7)
 def jumps(n):
     for _ in range(n):
         os.pread(fd, 4096, r.randrange(0, size // 4096) * 4096)
@@ -1149,7 +1162,7 @@ os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 jumps(70)
 print(first, core())
 "#;
-    let run = |file: &Path| python_under_run(&python, probe, file);
+    let run = |file: &Path| python_under_run(&python, &probe, file);
     let cold = |file: &Path| {
         ahead::residency::evict(std::fs::File::open(file).unwrap(), 0, 0).unwrap();
     };
@@ -1184,22 +1197,12 @@ print(first, core())
 /// stride forward, two streams interleaved) has it at the ninth, as before.
 #[test]
 fn reads_at_random_hold_the_core_off_and_ordered_ones_do_not() {
-    let Some(python) = need(&["python3"], "python3") else {
+    let Some((python, _dir, file)) = python_and_lines(32 << 20) else {
         return;
     };
-    let dir = scratch();
-    let file = lines_file(dir.path(), 32 << 20);
-    std::fs::File::open(&file).unwrap().sync_all().unwrap();
     let probe = |reads: &str| {
         format!(
-            r#"
-import os, sys, random
-def core():
-    with open("/proc/self/maps") as m:
-        return int(any("libahead_preload" in l for l in m))
-fd = os.open(sys.argv[1], os.O_RDONLY)
-size = os.fstat(fd).st_size
-r = random.Random(7)
+            r#"{CORE_PROBE}r = random.Random(7)
 seen = []
 for i, at in enumerate({reads}):
     os.pread(fd, 4096, at)
@@ -1237,20 +1240,11 @@ print("".join(seen))
 /// loads it at the ninth read, as before.
 #[test]
 fn a_backward_reader_over_cached_pages_loads_no_core() {
-    let Some(python) = need(&["python3"], "python3") else {
+    let Some((python, _dir, file)) = python_and_lines(8 << 20) else {
         return;
     };
-    let dir = scratch();
-    let file = lines_file(dir.path(), 8 << 20);
-    std::fs::File::open(&file).unwrap().sync_all().unwrap();
-    let probe = r#"
-import os, sys
-def core():
-    with open("/proc/self/maps") as m:
-        return int(any("libahead_preload" in l for l in m))
-fd = os.open(sys.argv[1], os.O_RDONLY)
-size = os.fstat(fd).st_size
-at = size // 8192 * 8192
+    let probe = CORE_PROBE.to_owned()
+        + r#"at = size // 8192 * 8192
 def back(n):
     global at
     for _ in range(n):
@@ -1262,7 +1256,7 @@ at = (size // 2) // 8192 * 8192 + 8192
 back(80)
 print(first, core())
 "#;
-    let run = || python_under_run(&python, probe, &file);
+    let run = || python_under_run(&python, &probe, &file);
     let f = std::fs::File::open(&file).unwrap();
     let size = f.metadata().unwrap().len();
     ahead::residency::evict(&f, 0, 0).unwrap();
