@@ -6,6 +6,7 @@
 mod common;
 
 use common::{ahead, gen, s, scratch, stderr};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -1273,6 +1274,94 @@ print(first, core())
         "0 1\n",
         "cached behind: no core until a read finds a page gone"
     );
+}
+
+/// A descriptor that reads with `O_DIRECT` bypasses the page cache, so
+/// whatever ahead read ahead for it into the cache would be read twice,
+/// once for nothing: its reads are left alone. A backward reader of
+/// 64 KiB blocks with `O_DIRECT` loads no core, and under `--stats` (the
+/// core loaded at start) gets no hint and leaves nothing cached; the same
+/// reader with the flag cleared by `F_SETFL` before it reads is hinted,
+/// and one that sets the flag after a first buffered read is hinted no
+/// more.
+#[test]
+fn reads_with_o_direct_are_left_alone() {
+    let Some((python, dir, file)) = python_and_file("direct.bin", 16 << 20) else {
+        return;
+    };
+    let probe = CORE_PROBE.to_owned()
+        + r#"import fcntl, mmap
+how = sys.argv[2]
+os.close(fd)
+fd = os.open(sys.argv[1], os.O_RDONLY | (os.O_DIRECT if how != "set" else 0))
+fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+if how == "set":
+    os.pread(fd, 4096, size - 4096)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fl | os.O_DIRECT)
+elif how == "cleared":
+    fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_DIRECT)
+buf = mmap.mmap(-1, 65536)
+total = 0
+for i in range(1, 161):
+    total += os.preadv(fd, [buf], size - 65536 * i)
+print(total, core())
+"#;
+    let f = std::fs::File::open(&file).unwrap();
+    // O_DIRECT is the file system's to allow (tmpfs refuses it).
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&file)
+        .is_err()
+    {
+        eprintln!("SKIP: O_DIRECT is refused where the scratch files are");
+        return;
+    }
+    let want = format!("{}", 160 * 65536);
+    ahead::residency::evict(&f, 0, 0).unwrap();
+    let o = out(&mut ahead_cmd(&[
+        "run",
+        "--",
+        s(&python),
+        "-c",
+        &probe,
+        s(&file),
+        "direct",
+    ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{want} 0\n"),
+        "no core"
+    );
+    assert_eq!(ahead::residency::cached_pages(&f, 0, 16 << 20), Some(0));
+
+    let stats = dir.path().join("stats.json");
+    let hinted = |how: &str| {
+        ahead::residency::evict(&f, 0, 0).unwrap();
+        let _ = std::fs::remove_file(&stats);
+        let (o, lines) = run_with_stats(&stats, &[s(&python), "-c", &probe, s(&file), how]);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            format!("{want} 1\n"),
+            "{how}"
+        );
+        let canon = std::fs::canonicalize(&file).unwrap();
+        let hinted = lines
+            .iter()
+            .filter(|l| l["file"] == s(&canon))
+            .map(|l| l["hinted_pages"].as_u64().unwrap())
+            .sum::<u64>();
+        (hinted, ahead::residency::cached_pages(&f, 0, 16 << 20))
+    };
+    assert_eq!(hinted("direct"), (0, Some(0)), "O_DIRECT from the open");
+    let (cleared, cached) = hinted("cleared");
+    assert!(
+        cleared > 0 && cached > Some(0),
+        "the flag cleared: {cleared} hinted, {cached:?} cached"
+    );
+    let (set, _) = hinted("set");
+    assert_eq!(set, 0, "the flag set after a buffered read");
 }
 
 /// The library brings its own (hidden) unwinder stubs instead of libgcc_s:

@@ -543,6 +543,9 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let r = call!(fcntl: fn(c_int, c_int, usize) -> c_int; fd, cmd, arg);
+    if cmd == libc::F_SETFL && r == 0 {
+        crate::flags_set(fd, arg);
+    }
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
         duplicated(fd, r)
     } else {
@@ -553,6 +556,9 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     let r = call!(fcntl64: fn(c_int, c_int, usize) -> c_int; fd, cmd, arg);
+    if cmd == libc::F_SETFL && r == 0 {
+        crate::flags_set(fd, arg);
+    }
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
         duplicated(fd, r)
     } else {

@@ -182,6 +182,15 @@ fn decide(wants: Wants) -> Decision {
         return Decision::Pass;
     }
     if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+        // Reads with O_DIRECT bypass the page cache: the core would leave
+        // them alone (its `DIRECT`), so they never load it. Asked at each
+        // such read, not remembered: `F_SETFL` may clear the flag.
+        if direct(fd) {
+            return match wants {
+                Wants::Read(_, at) => passed_on(fd, at),
+                _ => Decision::Pass,
+            };
+        }
         if let (Wants::Read(_, at), true) = (wants, FORWARD.load(Ordering::Relaxed)) {
             let size = u64::try_from(st.st_size).unwrap_or(0);
             if fds::hold(fd, size) {
@@ -202,6 +211,16 @@ fn decide(wants: Wants) -> Decision {
     }
     fds::mark_other(fd);
     Decision::Pass
+}
+
+/// Whether `fd` reads with `O_DIRECT` (the `fcntl` system call, not the
+/// hooked C function). Keeps errno.
+fn direct(fd: c_int) -> bool {
+    let e = errno();
+    // SAFETY: asks the descriptor's flags; changes nothing.
+    let r = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
+    set_errno(e);
+    r >= 0 && r & libc::c_long::from(libc::O_DIRECT) != 0
 }
 
 /// A held read, passed on: where it ends is noted (`fds::held_done`).
