@@ -162,9 +162,18 @@ pub(super) fn strided_window(
 ) -> Window {
     let granted = runs * run;
     if read_through(run, period, reach.through, reach.ratio) && granted >= period {
-        let periods = granted / period;
-        let async_periods = (async_runs * run).div_ceil(period).min(periods);
-        return Window::forward(start, periods * period, async_periods * period);
+        // Whole periods and a run, within what was granted: the window
+        // ends with a run, as a strided window does. Whole periods from a
+        // run's start end with a gap, and a window of one period from the
+        // request was the request's run and the gap after it: where the
+        // request's run was read, the gap alone was hinted (fio's
+        // `rw=read:64k` over 128 KiB reads: every job's 32 hinted pages
+        // were gaps, none read).
+        let periods = (granted - run) / period;
+        let size = periods * period + run;
+        // The marker on a run after the request's (none if there is none).
+        let async_size = (async_runs * run).div_ceil(period) * period;
+        return Window::forward(start, size, async_size.min(size - run));
     }
     let runs = runs.min(reach.max_runs);
     let async_runs = async_runs.min(runs);
