@@ -1317,6 +1317,10 @@ print(total, core())
         eprintln!("SKIP: O_DIRECT is refused where the scratch files are");
         return;
     }
+    if ahead::residency::cached_pages(&f, 0, 4096).is_none() {
+        eprintln!("SKIP: no cachestat(2) here to count the file's cached pages");
+        return;
+    }
     let want = format!("{}", 160 * 65536);
     ahead::residency::evict(&f, 0, 0).unwrap();
     let o = out(&mut ahead_cmd(&[
