@@ -182,15 +182,6 @@ fn decide(wants: Wants) -> Decision {
         return Decision::Pass;
     }
     if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-        // Reads with O_DIRECT bypass the page cache: the core would leave
-        // them alone (its `DIRECT`), so they never load it. Asked at each
-        // such read, not remembered: `F_SETFL` may clear the flag.
-        if direct(fd) {
-            return match wants {
-                Wants::Read(_, at) => passed_on(fd, at),
-                _ => Decision::Pass,
-            };
-        }
         if let (Wants::Read(_, at), true) = (wants, FORWARD.load(Ordering::Relaxed)) {
             let size = u64::try_from(st.st_size).unwrap_or(0);
             if fds::hold(fd, size) {
@@ -206,6 +197,16 @@ fn decide(wants: Wants) -> Decision {
             if fds::scattered(fd) {
                 return held(fd, at);
             }
+        }
+        // Reads with O_DIRECT bypass the page cache: the core would leave
+        // them alone (its `DIRECT`), so they never load it. Asked where a
+        // call would load the core, not remembered: `F_SETFL` may clear
+        // the flag.
+        if direct(fd) {
+            return match wants {
+                Wants::Read(_, at) => passed_on(fd, at),
+                _ => Decision::Pass,
+            };
         }
         return Decision::Load(fd);
     }
