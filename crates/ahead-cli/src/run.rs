@@ -256,5 +256,29 @@ mod tests {
             "shim: {} bytes",
             super::SHIM.len()
         );
+        // Two segments to map where the linker could link it so
+        // (build.rs), and never more than the four of a default link.
+        let loads = segments(super::SHIM, 1);
+        if env!("AHEAD_SHIM_MERGED") == "1" {
+            assert_eq!(loads, 2, "the shim's loadable segments");
+            assert_eq!(segments(super::SHIM, 0x6474_e552), 0, "RELRO");
+        }
+        assert!((1..=4).contains(&loads), "{loads} loadable segments");
+    }
+
+    /// How many program headers of type `kind` an ELF64 little-endian
+    /// image has.
+    fn segments(elf: &[u8], kind: u32) -> usize {
+        let u16_at = |o: usize| usize::from(u16::from_le_bytes([elf[o], elf[o + 1]]));
+        let mut off = [0u8; 8];
+        off.copy_from_slice(&elf[0x20..0x28]);
+        let phoff = usize::try_from(u64::from_le_bytes(off)).unwrap();
+        let (size, count) = (u16_at(0x36), u16_at(0x38));
+        (0..count)
+            .filter(|i| {
+                let o = phoff + i * size;
+                u32::from_le_bytes([elf[o], elf[o + 1], elf[o + 2], elf[o + 3]]) == kind
+            })
+            .count()
     }
 }
