@@ -154,7 +154,7 @@ impl StreamTable {
             next_window(s.size, max)
         };
         let pages = if s.boost {
-            next_window(pages, max)
+            s.boosted(pages, max, latency_floor(view))
         } else {
             pages
         };
@@ -302,7 +302,7 @@ impl StreamTable {
         let max = self.effective_max(&s).min(self.share_max(view));
         let mut pages = next_window(s.size.max(1), max);
         if s.boost {
-            pages = next_window(pages, max);
+            pages = s.boosted(pages, max, latency_floor(view));
         }
         let pages = s.shown(pages, latency_floor(view));
         let st = &mut self.streams[slot];

@@ -597,3 +597,46 @@ fn a_scan_between_random_single_reads_ramps_as_the_kernels_does() {
         "every window of the scan was cut to what it had asked for"
     );
 }
+
+#[test]
+fn a_late_reader_ramps_past_the_kernel_only_as_far_as_it_has_read() {
+    // A reader late at every window (each of its windows' pages still in
+    // flight when asked for), with windows of up to 8 MiB: after every
+    // request the policy hears of a late hit. Each window may be the
+    // kernel's next step, or larger only up to the pages the stream has
+    // asked for; without that cap it ramped ×16 a window and read 1,024
+    // pages ahead of a run of 172.
+    let max = 2048;
+    let mut p = StreamTable::new(RaConfig::with_max_pages(max));
+    let mut t = crate::ra::SparseTable::new(1 << 20);
+    let (mut asked, mut last) = (0u64, 0u64);
+    for i in 0..172 {
+        crate::ra::drive(&mut p, &mut t, Request::new(i, 1));
+        asked += 1;
+        for w in std::mem::take(&mut t.windows) {
+            if last > 0 {
+                let kernel = crate::ra::next_window(last, max);
+                assert!(
+                    w.size <= kernel.max(asked),
+                    "window {w:?} after {last} pages, {asked} asked"
+                );
+            }
+            last = w.size;
+        }
+        p.feedback(Feedback::LateHit { index: i });
+    }
+    assert!(last > 0, "no window");
+    // As much read ahead as the kernel's ramp reads for the same run.
+    let mut k = crate::ra::ondemand::OnDemand::new(RaConfig::with_max_pages(max));
+    let mut kt = crate::ra::SparseTable::new(1 << 20);
+    for i in 0..172 {
+        crate::ra::drive(&mut k, &mut kt, Request::new(i, 1));
+    }
+    let pages = |t: &crate::ra::SparseTable| t.present.len();
+    assert!(
+        pages(&t) <= pages(&kt),
+        "{} pages read, the kernel's ramp {}",
+        pages(&t),
+        pages(&kt)
+    );
+}
