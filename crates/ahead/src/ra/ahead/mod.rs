@@ -364,12 +364,14 @@ impl Policy for StreamTable {
         self.clock += 1;
         self.credit(req);
         // The stream of the request before, if it reads ahead: a request
-        // the kernel reads as it is (a new stream, of unknown direction)
-        // leaves its readahead state alone, and a forward stream
-        // continued after one is still the kernel's.
+        // the kernel reads as it is (a new stream, of unknown direction,
+        // or one that never read ahead: two lone pages one after the
+        // other, as a B-tree's interior pages that sqlite3 reads ahead of
+        // its scan and keeps) leaves its readahead state alone, and a
+        // forward stream continued after one is still the kernel's.
         let previous = self.current.filter(|&p| {
             let s = &self.streams[p];
-            s.live && s.direction != Direction::Unknown
+            s.live && s.direction != Direction::Unknown && s.window.is_some()
         });
         let mut found = self.find(req);
         let continues = found.is_some_and(|(_, m)| m.continues());

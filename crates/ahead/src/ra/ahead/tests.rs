@@ -640,3 +640,33 @@ fn a_late_reader_ramps_past_the_kernel_only_as_far_as_it_has_read() {
         pages(&kt)
     );
 }
+
+#[test]
+fn two_lone_pages_ahead_of_a_scan_do_not_hold_its_windows() {
+    // sqlite3 scanning a table reads an interior page far ahead first,
+    // another next to it midway, keeps both, and skips them when the scan
+    // gets there. The two lone reads, one page apart, continue each other
+    // but never read ahead: the scan continued after them is not
+    // interleaved with another reader, and its windows ramp as the
+    // kernel's do (they were held to the pages it had asked for, 470 of
+    // the kernel's 1,024).
+    let max = 1024;
+    let mut order: Vec<u64> = (0..5).collect();
+    order.push(516);
+    order.extend(5..455);
+    order.push(517);
+    order.extend((455..516).chain(518..3000));
+    let largest = |p: &mut dyn crate::ra::Policy| {
+        let mut t = crate::ra::SparseTable::new(1 << 20);
+        for &i in &order {
+            crate::ra::drive(p, &mut t, Request::new(i, 1));
+        }
+        t.windows.iter().map(|w| w.size).max().unwrap()
+    };
+    let kernel = largest(&mut crate::ra::ondemand::OnDemand::new(
+        RaConfig::with_max_pages(max),
+    ));
+    let ours = largest(&mut StreamTable::new(RaConfig::with_max_pages(max)));
+    assert_eq!(kernel, max);
+    assert_eq!(ours, kernel, "the scan's largest window");
+}
