@@ -186,21 +186,9 @@ impl Stream {
         self.direction != Direction::Forward || self.interleaved
     }
 
-    /// The window after a late hit ([`Stream::boost`]): one more step of
-    /// the ramp, beyond the kernel's, and only as far as the stream has
-    /// shown ([`Stream::seen`], or the device's latency floor). The boost
-    /// is ahead's own speculation on a forward stream too: where every
-    /// read is late (a fast reader), it ramped ×16 a window where the
-    /// kernel ramps ×4, and a forward run of 8–172 pages at a time, read
-    /// with 2–8 MiB windows, read 1.5× the kernel's bytes at 0.7× its
-    /// speed (`debugfs cat` in an ext4 image on a disk whose
-    /// `read_ahead_kb` is 8 MiB; `gen-130-10` in the simulator's corpus).
-    /// A long stream still reaches the maximum a window sooner.
-    ///
-    /// Below, [`Stream::shown`]: `pages`, cut to what the stream has shown
-    /// ([`Stream::seen`]) if it reads by ahead's own rules (a sweep's
-    /// columns excepted: they are sized to the cache and judged by
-    /// eviction).
+    /// `pages`, cut to what the stream has shown ([`Stream::seen`]) if it
+    /// reads by ahead's own rules (a sweep's columns excepted: they are
+    /// sized to the cache and judged by eviction).
     ///
     /// A stream that reads by ahead's own rules (backward, strided, irregular,
     /// interleaved) reads ahead no more pages in one window than its requests
@@ -224,18 +212,27 @@ impl Stream {
     /// ramped for 240 ms before their 64 GETs were in flight.
     ///
     /// [`DeviceCost`]: crate::ra::DeviceCost
-    pub(super) fn boosted(&self, pages: u64, max: u64, floor: u64) -> u64 {
-        next_window(pages, max).min(pages.max(self.seen.max(floor)))
-    }
-
-    /// `pages`, cut to what the stream has shown ([`Stream::seen`]) if it
-    /// reads by ahead's own rules (see [`Stream::boosted`] for the rest).
     pub(super) fn shown(&self, pages: u64, floor: u64) -> u64 {
         if self.speculates_beyond_the_kernel() && self.sweep.is_none() {
             pages.min(self.seen.max(floor).max(1))
         } else {
             pages
         }
+    }
+
+    /// The window after a late hit ([`Stream::boost`]): one more step of
+    /// the ramp, beyond the kernel's, and only as far as the stream has
+    /// shown ([`Stream::seen`], or the device's latency floor, as
+    /// [`Stream::shown`] cuts). The boost is ahead's own speculation on a
+    /// forward stream too: where every read is late (a fast reader), it
+    /// ramped ×16 a window where the kernel ramps ×4, and forward runs of
+    /// 8–172 pages far apart, read with 2–8 MiB windows, read 1.5× the
+    /// kernel's bytes at 0.7× its speed (`debugfs cat` in an ext4 image
+    /// on a disk whose `read_ahead_kb` is 8 MiB: `gen-130-10` in the
+    /// simulator's corpus). A long stream still reaches the maximum a
+    /// window sooner.
+    pub(super) fn boosted(&self, pages: u64, max: u64, floor: u64) -> u64 {
+        next_window(pages, max).min(pages.max(self.seen.max(floor)))
     }
 
     /// Held, and shaped by one of ahead's own rules: it reads exactly what
