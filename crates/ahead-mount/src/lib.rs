@@ -72,11 +72,56 @@ fn errno(e: &ahead::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
+/// Read buffers kept from one read to the next. Each read answered
+/// needs a buffer of its size (up to the kernel's `max_read`, 1 MiB), and
+/// a fresh one is zeroed, or faulted in page by page, before the engine
+/// copies into it; a kept one is already there.
+#[derive(Default)]
+pub(crate) struct Buffers {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Buffers {
+    /// Buffers kept at most: a few per thread that answers reads (the
+    /// FUSE threads and the runtime's), 16 MiB at the kernel's 1 MiB
+    /// reads.
+    const KEEP: usize = 16;
+
+    /// A buffer of `size` bytes: a kept one (zeroed only where it was
+    /// shorter), else a new one.
+    pub(crate) fn take(&self, size: usize) -> Vec<u8> {
+        let kept = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut buf = kept.unwrap_or_default();
+        if buf.len() < size {
+            buf.resize(size, 0);
+        } else {
+            buf.truncate(size);
+        }
+        buf
+    }
+
+    /// Keeps `buf` for a later read, unless enough are kept (or it holds
+    /// no memory).
+    pub(crate) fn give(&self, buf: Vec<u8>) {
+        if buf.capacity() == 0 {
+            return;
+        }
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() < Self::KEEP && buf.capacity() <= MAX_KEPT_BUFFER {
+            free.push(buf);
+        }
+    }
+}
+
+/// The largest buffer kept for reuse: the kernel's largest read.
+const MAX_KEPT_BUFFER: usize = 1 << 20;
+
 /// Ends a read the kernel asked for `size` bytes at `offset` of: awaits
 /// the engine's read in flight (`pending`), then reads on from what `got`
 /// holds until the `size` bytes are there or the object ends (an answer
 /// shorter than asked is the end of the file to the kernel, and the
-/// engine's async read stops at a window), and answers.
+/// engine's async read stops at a window), and answers. The buffers go
+/// back to `buffers`.
 async fn finish_read(
     file: File,
     pending: Option<ahead::ReadOwned>,
@@ -84,25 +129,50 @@ async fn finish_read(
     offset: u64,
     size: usize,
     reply: ReplyData,
+    buffers: Arc<Buffers>,
 ) {
     if let Some(p) = pending {
         match p.await {
-            (buf, Ok(n)) => got.extend_from_slice(&buf[..n]),
-            (_, Err(e)) => return reply.error(errno(&e)),
+            // The read in flight was the whole answer so far: its buffer
+            // is the answer's, with no copy.
+            (mut buf, Ok(n)) if got.is_empty() => {
+                buf.truncate(n);
+                buffers.give(std::mem::replace(&mut got, buf));
+            }
+            (buf, Ok(n)) => {
+                got.extend_from_slice(&buf[..n]);
+                buffers.give(buf);
+            }
+            (buf, Err(e)) => {
+                buffers.give(buf);
+                buffers.give(got);
+                return reply.error(errno(&e));
+            }
         }
     }
     while got.len() < size {
         let want = size - got.len();
         match file
-            .read_owned(vec![0u8; want], offset + got.len() as u64)
+            .read_owned(buffers.take(want), offset + got.len() as u64)
             .await
         {
-            (_, Ok(0)) => break,
-            (buf, Ok(n)) => got.extend_from_slice(&buf[..n]),
-            (_, Err(e)) => return reply.error(errno(&e)),
+            (buf, Ok(0)) => {
+                buffers.give(buf);
+                break;
+            }
+            (buf, Ok(n)) => {
+                got.extend_from_slice(&buf[..n]);
+                buffers.give(buf);
+            }
+            (buf, Err(e)) => {
+                buffers.give(buf);
+                buffers.give(got);
+                return reply.error(errno(&e));
+            }
         }
     }
     reply.data(&got);
+    buffers.give(got);
 }
 
 /// How a bucket is mounted.
@@ -172,6 +242,8 @@ pub struct ObjectFs {
     single: Option<String>,
     /// Pages of walks' listings asked for ahead of the walks (`walk`).
     walks: walk::Pending,
+    /// Read buffers kept for the next reads.
+    buffers: Arc<Buffers>,
 }
 
 impl ObjectFs {
@@ -235,6 +307,7 @@ impl ObjectFs {
             versions: versions::Versions::default(),
             single,
             walks: walk::Pending::default(),
+            buffers: Arc::default(),
         };
         // The store must answer now, not at the first `ls`; a bucket's
         // failure is said as its cause (a web server's HEAD says its own).
@@ -461,17 +534,24 @@ impl Filesystem for ObjectFs {
             p.on_read(&self.runtime, fh.0, ino, &file, offset, size as u64);
         }
         let size = size as usize;
-        let mut first = file.read_owned(vec![0u8; size], offset);
+        let buffers = self.buffers.clone();
+        let mut first = file.read_owned(buffers.take(size), offset);
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         // The first poll serves a read from the cache, or issues what it
         // needs and says so.
         match std::pin::Pin::new(&mut first).poll(&mut cx) {
-            std::task::Poll::Ready((buf, Ok(n))) if n == size || n == 0 => reply.data(&buf[..n]),
-            std::task::Poll::Ready((_, Err(e))) => reply.error(errno(&e)),
+            std::task::Poll::Ready((buf, Ok(n))) if n == size || n == 0 => {
+                reply.data(&buf[..n]);
+                buffers.give(buf);
+            }
+            std::task::Poll::Ready((buf, Err(e))) => {
+                reply.error(errno(&e));
+                buffers.give(buf);
+            }
             std::task::Poll::Ready((mut buf, Ok(n))) => {
                 buf.truncate(n);
                 self.runtime
-                    .spawn(finish_read(file, None, buf, offset, size, reply));
+                    .spawn(finish_read(file, None, buf, offset, size, reply, buffers));
             }
             std::task::Poll::Pending => {
                 self.runtime.spawn(finish_read(
@@ -481,6 +561,7 @@ impl Filesystem for ObjectFs {
                     offset,
                     size,
                     reply,
+                    buffers,
                 ));
             }
         }
@@ -664,4 +745,39 @@ pub fn unmount(mountpoint: &Path) -> io::Result<()> {
         return Ok(());
     }
     rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_buffer_comes_back_at_the_size_asked_and_the_pool_stays_bounded() {
+        let b = Buffers::default();
+        let mut first = b.take(64 << 10);
+        assert_eq!(first.len(), 64 << 10);
+        first[0] = 7;
+        let at = first.as_ptr();
+        b.give(first);
+        // The same memory again, shorter or longer.
+        let again = b.take(4096);
+        assert_eq!((again.len(), again.as_ptr(), again[0]), (4096, at, 7));
+        b.give(again);
+        let longer = b.take(128 << 10);
+        assert_eq!(longer.len(), 128 << 10);
+        assert!(longer[64 << 10..].iter().all(|&x| x == 0));
+        b.give(longer);
+        // Never more than KEEP, nothing larger than the kernel's reads,
+        // nothing empty.
+        for _ in 0..Buffers::KEEP + 5 {
+            b.give(vec![0; 4096]);
+        }
+        b.give(vec![0; MAX_KEPT_BUFFER + 1]);
+        b.give(Vec::new());
+        let free = b.free.lock().unwrap();
+        assert_eq!(free.len(), Buffers::KEEP);
+        assert!(free
+            .iter()
+            .all(|v| v.capacity() > 0 && v.capacity() <= MAX_KEPT_BUFFER));
+    }
 }

@@ -35,6 +35,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use ahead::File;
 use fuser::{INodeNo, Notifier};
 
+use crate::Buffers;
+
 /// Bytes stored at a time: the kernel's own readahead of the mount
 /// (`KERNEL_READAHEAD`), so a backward reader's lookahead is one to two
 /// of the kernel's windows.
@@ -136,6 +138,8 @@ pub(crate) struct Pusher {
     /// Set when the kernel refused a store: no more are tried (each try
     /// costs a block's read).
     refused: AtomicBool,
+    /// The blocks' buffers, kept from one store to the next.
+    buffers: Arc<Buffers>,
 }
 
 impl Pusher {
@@ -194,21 +198,30 @@ impl Pusher {
     /// Reads `[lo, hi)` through `file` and stores it without its top page
     /// in the kernel's cache of `ino`; that page (the hole), if stored.
     async fn store(self: Arc<Self>, file: File, ino: INodeNo, lo: u64, hi: u64) -> Option<u64> {
-        let (mut buf, got) = file.read_owned(vec![0u8; (hi - lo) as usize], lo).await;
+        let buffers = self.buffers.clone();
+        let (mut buf, got) = file.read_owned(buffers.take((hi - lo) as usize), lo).await;
         // A failed or short read stores nothing: the reader's own request
         // will say why.
-        let n = got.ok().filter(|&n| n as u64 == hi - lo)?;
+        let Some(n) = got.ok().filter(|&n| n as u64 == hi - lo) else {
+            buffers.give(buf);
+            return None;
+        };
         // The block without its top page: the reader's request for that
         // page is the next block's cue.
         buf.truncate(n - PAGE as usize);
-        tokio::task::spawn_blocking(move || match self.notifier.get()?.store(ino, lo, &buf) {
-            Ok(()) => Some(hi - PAGE),
-            Err(_) => {
-                // (An inode the kernel no longer holds is not an error:
-                // fuser answers Ok.)
-                self.refused.store(true, Ordering::Relaxed);
-                None
-            }
+        tokio::task::spawn_blocking(move || {
+            let stored = match self.notifier.get().map(|n| n.store(ino, lo, &buf)) {
+                None => None,
+                Some(Ok(())) => Some(hi - PAGE),
+                Some(Err(_)) => {
+                    // (An inode the kernel no longer holds is not an
+                    // error: fuser answers Ok.)
+                    self.refused.store(true, Ordering::Relaxed);
+                    None
+                }
+            };
+            buffers.give(buf);
+            stored
         })
         .await
         .ok()?
