@@ -132,47 +132,51 @@ async fn finish_read(
     buffers: Arc<Buffers>,
 ) {
     if let Some(p) = pending {
-        match p.await {
-            // The read in flight was the whole answer so far: its buffer
-            // is the answer's, with no copy.
-            (mut buf, Ok(n)) if got.is_empty() => {
-                buf.truncate(n);
-                buffers.give(std::mem::replace(&mut got, buf));
-            }
-            (buf, Ok(n)) => {
-                got.extend_from_slice(&buf[..n]);
-                buffers.give(buf);
-            }
-            (buf, Err(e)) => {
-                buffers.give(buf);
-                buffers.give(got);
-                return reply.error(errno(&e));
-            }
+        if let Err(e) = add(&mut got, p.await, &buffers) {
+            buffers.give(got);
+            return reply.error(e);
         }
     }
     while got.len() < size {
-        let want = size - got.len();
-        match file
-            .read_owned(buffers.take(want), offset + got.len() as u64)
-            .await
-        {
-            (buf, Ok(0)) => {
-                buffers.give(buf);
-                break;
-            }
-            (buf, Ok(n)) => {
-                got.extend_from_slice(&buf[..n]);
-                buffers.give(buf);
-            }
-            (buf, Err(e)) => {
-                buffers.give(buf);
+        let at = offset + got.len() as u64;
+        let done = file.read_owned(buffers.take(size - got.len()), at).await;
+        match add(&mut got, done, &buffers) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
                 buffers.give(got);
-                return reply.error(errno(&e));
+                return reply.error(e);
             }
         }
     }
     reply.data(&got);
     buffers.give(got);
+}
+
+/// Adds an engine read's bytes (`done`: its buffer and result) to `got`,
+/// taking the buffer whole when `got` is empty (no copy), and gives back
+/// the buffer not kept: the bytes added, or the errno to answer.
+fn add(
+    got: &mut Vec<u8>,
+    done: (Vec<u8>, ahead::Result<usize>),
+    buffers: &Buffers,
+) -> Result<usize, Errno> {
+    match done {
+        (mut buf, Ok(n)) if got.is_empty() => {
+            buf.truncate(n);
+            buffers.give(std::mem::replace(got, buf));
+            Ok(n)
+        }
+        (buf, Ok(n)) => {
+            got.extend_from_slice(&buf[..n]);
+            buffers.give(buf);
+            Ok(n)
+        }
+        (buf, Err(e)) => {
+            buffers.give(buf);
+            Err(errno(&e))
+        }
+    }
 }
 
 /// How a bucket is mounted.
