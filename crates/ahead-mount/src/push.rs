@@ -139,7 +139,7 @@ pub(crate) struct Pusher {
     /// costs a block's read).
     refused: AtomicBool,
     /// The blocks' buffers, kept from one store to the next.
-    buffers: Arc<Buffers>,
+    buffers: Buffers,
 }
 
 impl Pusher {
@@ -198,12 +198,13 @@ impl Pusher {
     /// Reads `[lo, hi)` through `file` and stores it without its top page
     /// in the kernel's cache of `ino`; that page (the hole), if stored.
     async fn store(self: Arc<Self>, file: File, ino: INodeNo, lo: u64, hi: u64) -> Option<u64> {
-        let buffers = self.buffers.clone();
-        let (mut buf, got) = file.read_owned(buffers.take((hi - lo) as usize), lo).await;
+        let (mut buf, got) = file
+            .read_owned(self.buffers.take((hi - lo) as usize), lo)
+            .await;
         // A failed or short read stores nothing: the reader's own request
         // will say why.
         let Some(n) = got.ok().filter(|&n| n as u64 == hi - lo) else {
-            buffers.give(buf);
+            self.buffers.give(buf);
             return None;
         };
         // The block without its top page: the reader's request for that
@@ -220,7 +221,7 @@ impl Pusher {
                     None
                 }
             };
-            buffers.give(buf);
+            self.buffers.give(buf);
             stored
         })
         .await
